@@ -1,0 +1,31 @@
+# The two README commands: `make run` (set up, then run the pipeline) and `make test` (set up, then test).
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(abspath $(VENV))/bin
+STAMP := $(VENV)/.installed
+# pip prints one warning per package for the machine's local index folders that do not exist; hide only those.
+QUIET_PIP := { grep -v "is ignored: it is neither a file nor a directory" || true; }
+
+.PHONY: setup run test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -e '.[dev]' 2>&1 | $(QUIET_PIP)
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	PATH="$(BIN):$$PATH" dvc repro
+	PATH="$(BIN):$$PATH" dvc metrics show
+
+test: setup
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python bench/bench_envs.py
+
+clean:
+	rm -rf $(VENV) .prefect mlruns .pytest_cache

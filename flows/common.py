@@ -1,0 +1,61 @@
+"""What every stage flow shares: command-line overrides and all-or-nothing writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def cli_overrides(argv: list[str] | None = None) -> list[str]:
+    """`python -m flows.x key=value ...` -> dotlist overrides for `load_config`."""
+    args = sys.argv[1:] if argv is None else argv
+    bad = [arg for arg in args if "=" not in arg]
+    if bad:
+        raise SystemExit(f"expected key=value overrides (e.g. envs.val_size=64), got {bad}")
+    return list(args)
+
+
+@contextmanager
+def staged_dir(dest: str | Path) -> Iterator[Path]:
+    """Yield an empty folder beside `dest`; on success it replaces `dest` whole, on failure it is removed.
+
+    So a stage that dies half-way leaves the previous output intact and never a half-written one.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    staging.chmod(0o755)
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    old = None
+    if dest.exists():
+        old = dest.with_name(f".{dest.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(dest, old)
+    os.replace(staging, dest)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write json through a temp file and a rename, so readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(obj, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

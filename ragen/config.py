@@ -1,0 +1,140 @@
+"""The typed schema of params.yaml (omegaconf structured configs) and `load_config`.
+
+One dataclass per params.yaml section, one comment per field. Loading merges the schema's defaults, the yaml file
+and `key=value` overrides in that order; an unknown key or a wrong type is a `ConfigError` naming the key.
+Derived values are computed in code, never with `${}` interpolation (DVC tracks raw values per key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, List, Sequence
+
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+DEFAULT_ENV_TAGS = ["bandit", "bandit_test", "bandit_rev", "sokoban", "sokoban_large", "sokoban_vocab", "frozen_lake", "countdown"]
+
+
+class ConfigError(ValueError):
+    """params.yaml (or an override) does not fit the schema."""
+
+
+@dataclass
+class EnvsConfig:
+    """Section `envs`: which environments exist for this pipeline and their instance tables (stage envgen)."""
+
+    tags: List[str] = field(default_factory=lambda: list(DEFAULT_ENV_TAGS))  # env tags to generate tables for
+    train_size: int = 1024  # instances in each env's train pool (seeds train_seed, train_seed + 1, ...)
+    val_size: int = 256  # fixed validation instances per env (RAGEN: 256 seeds from 123)
+    test_size: int = 256  # held-out test instances per env
+    train_seed: int = 10000  # first train seed (RAGEN seed.train)
+    val_seed: int = 123  # first val seed (RAGEN seed.val)
+    test_seed: int = 1_000_000  # first test seed; the three seed ranges must not overlap
+
+
+@dataclass
+class TrackingConfig:
+    """Section `tracking`: where MLflow runs go. Not a DVC param: changing it reruns nothing."""
+
+    uri: str = ""  # MLflow tracking URI; "" = $MLFLOW_TRACKING_URI if set, else sqlite in ./mlruns/
+    experiment: str = "ragen"  # MLflow experiment name
+
+
+@dataclass
+class Config:
+    envs: EnvsConfig = field(default_factory=EnvsConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+def load_config(path: str | Path | None = "params.yaml", overrides: Sequence[str] = ()) -> Config:
+    """Schema defaults <- params.yaml <- `key=value` overrides, validated.
+
+    Raises:
+        ConfigError: an unknown key, a wrong type, a malformed file or an invalid value, naming the key.
+    """
+    schema = OmegaConf.structured(Config)
+    layers = [schema]
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise ConfigError(f"{path}: no such params file (run from the project root, or pass the path)")
+        try:
+            layers.append(OmegaConf.load(path))
+        except Exception as error:  # yaml syntax errors come in several types
+            raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    try:
+        layers.append(OmegaConf.from_dotlist(list(overrides)))
+        merged = OmegaConf.merge(*layers)
+        config: Config = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as error:
+        raise ConfigError(_explain(error, path)) from None
+    validate(config)
+    return config
+
+
+def _explain(error: OmegaConfBaseException, path: Path | None) -> str:
+    key = getattr(error, "full_key", None) or "?"
+    source = f"{path}" if path is not None else "config"
+    if isinstance(error, ConfigKeyError):
+        section = key.rsplit(".", 1)[0] if "." in key else ""
+        known = ", ".join(_known_keys(section))
+        where = f"under '{section}'" if section else "at the top level"
+        return f"{source}: unknown key '{key}'; known keys {where}: {known}"
+    return f"{source}: bad value for '{key}': {str(error).splitlines()[0]}"
+
+
+def _known_keys(section: str) -> list[str]:
+    node: Any = asdict(Config())
+    for part in filter(None, section.split(".")):
+        if not isinstance(node, dict) or part not in node:
+            return []
+        node = node[part]
+    return list(node) if isinstance(node, dict) else []
+
+
+def validate(config: Config) -> None:
+    """Checks the schema cannot express: known env tags, positive sizes, disjoint seed ranges."""
+    from ragen.envs import ENVS
+
+    envs = config.envs
+    unknown = [tag for tag in envs.tags if tag not in ENVS]
+    if unknown:
+        raise ConfigError(f"envs.tags: unknown env tag(s) {unknown}; known tags: {', '.join(ENVS)}")
+    if not envs.tags:
+        raise ConfigError("envs.tags: empty; name at least one env")
+    if len(set(envs.tags)) != len(envs.tags):
+        raise ConfigError(f"envs.tags: duplicate tags in {envs.tags}")
+    ranges = {}
+    for split in ("train", "val", "test"):
+        size, seed = getattr(envs, f"{split}_size"), getattr(envs, f"{split}_seed")
+        if size <= 0:
+            raise ConfigError(f"envs.{split}_size must be positive, got {size}")
+        if seed < 0:
+            raise ConfigError(f"envs.{split}_seed must be non-negative, got {seed}")
+        ranges[split] = (seed, seed + size)
+    splits = list(ranges)
+    for i, a in enumerate(splits):
+        for b in splits[i + 1 :]:
+            (a0, a1), (b0, b1) = ranges[a], ranges[b]
+            if a0 < b1 and b0 < a1:
+                raise ConfigError(
+                    f"envs: {a} seeds [{a0}, {a1}) overlap {b} seeds [{b0}, {b1}); move envs.{b}_seed so splits stay disjoint"
+                )
+
+
+def to_dict(config: Config) -> dict[str, Any]:
+    return asdict(config)
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"envs": {"tags": [...]}} -> {"envs.tags": [...]} (for MLflow params)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat

@@ -1,0 +1,145 @@
+"""Exact solvers: the best any policy can do on an instance, which is its success ceiling.
+
+- Sokoban: breadth-first search over (player, boxes) states; every action costs one, so the first time the
+  solved state is popped gives the fewest actions (moves and pushes both count).
+- FrozenLake: finite-horizon value iteration on the slippery transition table,
+      V_0(s) = 1[s = goal],   V_k(s) = 1[s = goal] + 1[s non-terminal] * max_a sum_s' P(s'|s,a) V_{k-1}(s'),
+  so V_k(start) is the optimal probability of reaching the goal within k actions.
+- Bandit: the arm with the highest expected reward.
+- Countdown: exhaustive search over every way of combining the numbers pairwise with + - * /.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from fractions import Fraction
+from functools import lru_cache
+from typing import Sequence
+
+from ragen.envs.bandit import Arm
+from ragen.envs.frozen_lake import parse_lake, transition_table
+from ragen.envs.sokoban import ACTIONS as SOKOBAN_ACTIONS
+from ragen.envs.sokoban import DEFAULT_SYMBOLS, VOCAB_SYMBOLS, Board, parse_board
+
+MAX_SOKOBAN_STATES = 2_000_000
+
+
+# --- Sokoban ---
+def _pick_symbols(layout: str) -> tuple[str, ...]:
+    """The symbol set (default or `sokoban_vocab`) that covers more of the layout's characters."""
+    chars = set(layout) - {"\n", " "}
+    return max((DEFAULT_SYMBOLS, VOCAB_SYMBOLS), key=lambda symbols: len(chars & set(symbols)))
+
+
+def sokoban_plan(layout: str | Board, max_states: int = MAX_SOKOBAN_STATES) -> list[str] | None:
+    """A shortest action sequence that solves the layout, or None when no sequence solves it.
+
+    Raises RuntimeError if the search needs more than `max_states` states (too big to decide exactly).
+    """
+    board = layout if isinstance(layout, Board) else parse_board(layout, _pick_symbols(layout))
+    start = (board.player, board.boxes)
+    parents: dict[tuple, tuple[tuple, int] | None] = {start: None}
+    frontier = deque([board])
+    while frontier:
+        current = frontier.popleft()
+        if current.solved:
+            plan, key = [], (current.player, current.boxes)
+            while parents[key] is not None:
+                key, action = parents[key]
+                plan.append(SOKOBAN_ACTIONS[action])
+            return plan[::-1]
+        for action in range(4):
+            nxt = current.move(action)
+            key = (nxt.player, nxt.boxes)
+            if key not in parents:
+                parents[key] = ((current.player, current.boxes), action)
+                frontier.append(nxt)
+        if len(parents) > max_states:
+            raise RuntimeError(f"sokoban: search exceeded {max_states} states; the layout is too large to solve exactly")
+    return None
+
+
+def sokoban_min_moves(layout: str | Board) -> int | None:
+    """The fewest actions (moves and pushes both count) that solve the layout; None when it cannot be solved."""
+    plan = sokoban_plan(layout)
+    return None if plan is None else len(plan)
+
+
+# --- FrozenLake ---
+def frozen_lake_success_probability(layout: str, max_steps: int) -> float:
+    """The optimal probability of reaching the goal within `max_steps` actions from the player's tile.
+
+    Finite-horizon value iteration (see the module docstring) on the same table `FrozenLakeEnv.step` samples.
+    """
+    lake, player = parse_lake(layout)
+    table = transition_table(lake)
+    goal = lake.index(lake.goal)
+    value = [float(s == goal) for s in range(len(table))]
+    for _ in range(max_steps):
+        value = [
+            1.0 if s == goal
+            else max(sum(p * value[nxt] for p, nxt, _, _ in outcomes) for outcomes in table[s])
+            if not lake.is_terminal(lake.position(s)) else 0.0
+            for s in range(len(table))
+        ]
+    return value[lake.index(player)]
+
+
+# --- Bandit ---
+def bandit_optimal_arm(arms: Sequence[Arm]) -> tuple[str, float]:
+    """The arm with the highest expected reward and that expectation."""
+    best = max(arms, key=lambda arm: arm.expected_reward)
+    return best.name, best.expected_reward
+
+
+# --- Countdown ---
+def _combine(items: tuple[tuple[Fraction, str], ...], found: dict[Fraction, str], seen: set) -> None:
+    """Record every value reachable by combining all `items` pairwise (each used exactly once)."""
+    key = tuple(sorted(value for value, _ in items))
+    if key in seen:
+        return
+    seen.add(key)
+    if len(items) == 1:
+        value, text = items[0]
+        found.setdefault(value, text)
+        return
+    for i in range(len(items)):
+        for j in range(i + 1, len(items)):
+            (a, ta), (b, tb) = items[i], items[j]
+            rest = items[:i] + items[i + 1 : j] + items[j + 1 :]
+            options = [(a + b, f"({ta} + {tb})"), (a * b, f"({ta} * {tb})"), (a - b, f"({ta} - {tb})"), (b - a, f"({tb} - {ta})")]
+            if b != 0:
+                options.append((a / b, f"({ta} / {tb})"))
+            if a != 0:
+                options.append((b / a, f"({tb} / {ta})"))
+            for option in options:
+                _combine(rest + (option,), found, seen)
+
+
+def countdown_reachable(nums: Sequence[int]) -> dict[Fraction, str]:
+    """Every value an expression using each number exactly once can take, with one such expression."""
+    return dict(_reachable(tuple(nums)))
+
+
+@lru_cache(maxsize=64)
+def _reachable(nums: tuple[int, ...]) -> tuple[tuple[Fraction, str], ...]:
+    found: dict[Fraction, str] = {}
+    _combine(tuple((Fraction(n), str(n)) for n in nums), found, set())
+    return tuple((value, _strip_outer(text)) for value, text in found.items())
+
+
+def countdown_solve(nums: Sequence[int], target: int) -> str | None:
+    """One expression that uses each number exactly once and equals `target`, or None if none exists."""
+    return countdown_reachable(nums).get(Fraction(target))
+
+
+def _strip_outer(text: str) -> str:
+    if text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(text):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0 and i < len(text) - 1:
+                return text
+        return text[1:-1]
+    return text
