@@ -73,7 +73,7 @@ def reverse_play(
     while frontier:
         (boxes, (pr, pc)), depth = frontier.popleft()
         swaps, last_pulled = seen[(boxes, (pr, pc))]
-        if all(b != t for b, t in zip(boxes, targets)):
+        if not set(boxes) & set(targets):  # every target uncovered
             score = swaps * sum(abs(b[0] - t[0]) + abs(b[1] - t[1]) for b, t in zip(boxes, targets))
             if score > best_score:
                 best_score, best = score, [(boxes, (pr, pc))]

@@ -1,0 +1,70 @@
+"""`dvc repro` in a real git + DVC repository in a temp folder, as a user runs it (slow)."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from mlflow.tracking import MlflowClient
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL_PARAMS = """\
+envs:
+  tags: [sokoban, frozen_lake, countdown]
+  train_size: 8
+  val_size: 4
+  test_size: 4
+  train_seed: 10000
+  val_seed: 123
+  test_seed: 1000000
+tracking:
+  uri: ""
+  experiment: ragen
+"""
+
+
+def run(cmd, cwd, env):
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, f"{cmd} failed:\n{out.stdout}\n{out.stderr}"
+    return out.stdout + out.stderr
+
+
+@pytest.fixture
+def repo(tmp_path):
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for rel in tracked:
+        if (ROOT / rel).is_file():
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, tmp_path / rel)
+    (tmp_path / "params.yaml").write_text(SMALL_PARAMS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING_URI", "PREFECT_", "DVC_"))}
+    env.update(PATH=f"{Path(sys.executable).parent}:{env['PATH']}", DVC_NO_ANALYTICS="1",
+               GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    run(["git", "init", "-q"], tmp_path, env)
+    run(["git", "add", "-A"], tmp_path, env)
+    run(["git", "commit", "-qm", "init"], tmp_path, env)
+    return tmp_path, env
+
+
+@pytest.mark.slow
+def test_dvc_repro_envgen_then_nothing_to_do(repo):
+    path, env = repo
+    out = run(["dvc", "repro"], path, env)
+    assert "Running stage 'envgen'" in out
+    for tag in ("sokoban", "frozen_lake", "countdown"):
+        assert pl.read_parquet(path / "data/envs" / tag / "val.parquet").height == 4
+    assert "up to date" in run(["dvc", "status"], path, env)
+    assert "didn't change, skipping" in run(["dvc", "repro"], path, env)
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{path / 'mlruns/mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("ragen").experiment_id])
+    assert len(runs) == 1 and runs[0].data.tags["dvc.stage"] == "envgen"
+
+    # a changed param reruns the stage
+    (path / "params.yaml").write_text(SMALL_PARAMS.replace("val_size: 4", "val_size: 5"))
+    assert "Running stage 'envgen'" in run(["dvc", "repro"], path, env)
+    assert pl.read_parquet(path / "data/envs/sokoban/val.parquet").height == 5
+    assert "up to date" in run(["dvc", "status"], path, env)

@@ -1,0 +1,57 @@
+"""params.yaml against its schema: the shipped file loads, typos and bad values are named."""
+
+from pathlib import Path
+
+import pytest
+
+from ragen.config import Config, ConfigError, flatten, load_config, to_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_shipped_params_load_into_the_schema():
+    cfg = load_config(ROOT / "params.yaml")
+    assert isinstance(cfg, Config)
+    assert cfg.envs.val_seed == 123 and cfg.envs.train_seed == 10000  # RAGEN's seeds
+    assert "sokoban" in cfg.envs.tags
+
+
+def write(tmp_path, text):
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("envs:\n  trian_size: 3\n", "unknown key 'envs.trian_size'; known keys under 'envs': tags, train_size"),
+        ("env:\n  train_size: 3\n", "unknown key 'env'; known keys at the top level: envs, tracking"),
+        ("envs:\n  train_size: many\n", "bad value for 'envs.train_size'"),
+        ("envs:\n  tags: [sokoban, sokobn]\n", "unknown env tag"),
+        ("envs:\n  val_size: 0\n", "envs.val_size must be positive"),
+        ("envs:\n  val_seed: 10100\n", "overlap"),
+        ("envs: [1, 2\n", "not valid YAML"),
+    ],
+)
+def test_bad_params_name_the_key(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        load_config(write(tmp_path, text))
+
+
+def test_overrides_win_and_are_checked(tmp_path):
+    path = write(tmp_path, "envs:\n  val_size: 8\n")
+    assert load_config(path).envs.val_size == 8
+    assert load_config(path, ["envs.val_size=16"]).envs.val_size == 16
+    with pytest.raises(ConfigError, match="envs.vall_size"):
+        load_config(path, ["envs.vall_size=16"])
+
+
+def test_missing_file_is_clear(tmp_path):
+    with pytest.raises(ConfigError, match="no such params file"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_flatten_for_mlflow_params():
+    flat = flatten(to_dict(load_config(None)))
+    assert flat["envs.val_seed"] == 123 and flat["tracking.experiment"] == "ragen"
