@@ -19,7 +19,6 @@ setup: $(STAMP)
 
 run: setup
 	PATH="$(BIN):$$PATH" dvc repro
-	PATH="$(BIN):$$PATH" dvc metrics show
 
 test: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

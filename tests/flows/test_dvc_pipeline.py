@@ -59,9 +59,14 @@ def test_dvc_repro_envgen_then_nothing_to_do(repo):
     assert "up to date" in run(["dvc", "status"], path, env)
     assert "didn't change, skipping" in run(["dvc", "repro"], path, env)
 
+    # forced rerun: byte-identical outputs, so dvc.lock does not change
+    lock = (path / "dvc.lock").read_text()
+    assert "Running stage 'envgen'" in run(["dvc", "repro", "-f"], path, env)
+    assert (path / "dvc.lock").read_text() == lock
+
     client = MlflowClient(tracking_uri=f"sqlite:///{path / 'mlruns/mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("ragen").experiment_id])
-    assert len(runs) == 1 and runs[0].data.tags["dvc.stage"] == "envgen"
+    assert len(runs) == 2 and {r.data.tags["dvc.stage"] for r in runs} == {"envgen"}
 
     # a changed param reruns the stage
     (path / "params.yaml").write_text(SMALL_PARAMS.replace("val_size: 4", "val_size: 5"))
