@@ -57,6 +57,7 @@ class BanditEnv(TextEnv):
     """
 
     max_actions_per_traj = 1
+    max_turns = 1
     instruction = ""
 
     def __init__(self, *, tag: str, safe_name: str, risky_name: str, description: str) -> None:

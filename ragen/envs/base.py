@@ -43,8 +43,8 @@ class TextEnv:
     """Base class: the attributes every env sets and the bookkeeping every env shares.
 
     Subclasses set `tag`, `description` (one line for `ragen envs`), `instruction` (RAGEN's env instruction,
-    shown before the first state), `action_names` (None when actions are free text) and
-    `max_actions_per_traj` (RAGEN's per-episode action budget), and implement `_reset`, `_step`, `render`.
+    shown before the first state), `action_names` (None when actions are free text), `max_actions_per_traj`
+    (RAGEN's per-episode action budget) and the prompt facts below, and implement `_reset`, `_step`, `render`.
     """
 
     tag: str = ""
@@ -52,6 +52,9 @@ class TextEnv:
     instruction: str = ""
     action_names: tuple[str, ...] | None = None
     max_actions_per_traj: int = 1
+    max_turns: int = 5  # RAGEN's max_turn: 5, but 1 for the single-action envs (Bandit, Countdown)
+    lists_actions: bool = False  # whether RAGEN's instruction names the actions (Sokoban, FrozenLake)
+    grid_vocab: dict[str, str] | None = None  # symbol -> meaning, shown as a legend in the instruction
 
     def __init__(self) -> None:
         self.rng = random.Random(0)

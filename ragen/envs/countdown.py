@@ -43,6 +43,7 @@ class CountdownEnv(TextEnv):
     tag = "countdown"
     description = "Countdown: reach the target with + - * / using each of 3-4 numbers once (single turn)"
     max_actions_per_traj = 1
+    max_turns = 1
 
     def __init__(self) -> None:
         super().__init__()

@@ -158,6 +158,8 @@ class FrozenLakeEnv(TextEnv):
     description = "4x4 slippery FrozenLake, random map, start and goal (Gymnasium FrozenLake-v1 dynamics)"
     action_names = ACTIONS
     max_actions_per_traj = 10
+    lists_actions = True
+    grid_vocab = {"P": "player", "_": "empty", "O": "hole", "G": "goal", "X": "player in hole", "√": "player on goal"}
 
     def __init__(self) -> None:
         super().__init__()
@@ -166,7 +168,6 @@ class FrozenLakeEnv(TextEnv):
             "unintended direction due to the slippery ice. Example answer format: <think>To forbid the hole and go "
             "to the target, I should go left then go up.</think><answer>Left || Up</answer>"
         )
-        self.grid_vocab = {"P": "player", "_": "empty", "O": "hole", "G": "goal", "X": "player in hole", "√": "player on goal"}
         self.lake: LakeMap | None = None
         self.player: Pos = (0, 0)
         self.transitions: Transitions = []

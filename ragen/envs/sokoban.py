@@ -140,7 +140,7 @@ class SokobanEnv(TextEnv):
 
     action_names = ACTIONS
     max_actions_per_traj = 10
-    legend = ROLES
+    lists_actions = True
 
     def __init__(
         self,
@@ -169,7 +169,11 @@ class SokobanEnv(TextEnv):
 
     @property
     def grid_vocab(self) -> dict[str, str]:
-        """Symbol -> meaning, for the prompt's legend (RAGEN's grid_vocab, in this env's own symbols)."""
+        """Symbol -> meaning for the prompt's legend, in this env's own symbols.
+
+        RAGEN builds the legend from the default symbols even for its DifferentGridVocab env (a quirk); here the
+        legend always describes the symbols the grid actually uses.
+        """
         meanings = ("wall", "empty", "target", "box on target", "box", "player", "player on target")
         return dict(zip(self.symbols, meanings))
 

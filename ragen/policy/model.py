@@ -1,0 +1,159 @@
+"""Build, load and save the policy and critic: Hugging Face causal LMs, safetensors only.
+
+- `tiny` (the embedded default): a small Qwen2 built from a config whose size is set in params `model`.
+- `hf`: a local checkpoint directory (e.g. Qwen2.5-0.5B-Instruct) with its own tokenizer and chat template.
+  Nothing is downloaded (`local_files_only`), and weights load only from safetensors (never unpickled).
+- The critic is the same architecture with a scalar value head (a token-classification head with one label, as
+  RAGEN's critic), its own weights, initialised from the policy; the head starts at zero so V = 0 at first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+META_FILE = "ragen_meta.json"
+
+
+class ModelLoadError(RuntimeError):
+    """A model path is missing, unreadable, or not a causal language model."""
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def pick_dtype(device: torch.device, dtype: str = "auto") -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+def build_tiny_model(tokenizer: PreTrainedTokenizerBase, *, hidden_size: int, num_layers: int, num_heads: int,
+                     num_kv_heads: int, intermediate_size: int, max_positions: int, seed: int) -> Qwen2ForCausalLM:
+    """A randomly initialised Qwen2 causal LM over `tokenizer`'s vocabulary (deterministic by `seed`)."""
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def _check_dir(path: str | Path) -> Path:
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ModelLoadError(f"model path {path} does not exist; set model.path to a local checkpoint directory")
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"model path {path} has no config.json; it is not a Hugging Face model directory")
+    if not any(path.glob("*.safetensors")):
+        raise ModelLoadError(f"model path {path} has no *.safetensors weights (pickled .bin weights are not loaded)")
+    return path
+
+
+def load_causal_lm(path: str | Path, *, device: str = "auto", dtype: str = "auto") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Model and tokenizer from a local directory; a clear ModelLoadError naming the path otherwise."""
+    path = _check_dir(path)
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+    except Exception as error:  # transformers raises several types for a bad config
+        raise ModelLoadError(f"model path {path}: cannot read config.json ({error})") from None
+    if not any(arch.endswith("ForCausalLM") for arch in (config.architectures or [])):
+        raise ModelLoadError(f"model path {path} holds {config.architectures or config.model_type}, not a causal LM")
+    torch_device = pick_device(device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, local_files_only=True, use_safetensors=True, dtype=pick_dtype(torch_device, dtype))
+    except Exception as error:
+        raise ModelLoadError(f"model path {path}: cannot load the causal LM or its tokenizer ({error})") from None
+    if tokenizer.chat_template is None:
+        raise ModelLoadError(f"model path {path}: the tokenizer has no chat template")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model.to(torch_device), tokenizer
+
+
+def build_critic(policy: PreTrainedModel) -> PreTrainedModel:
+    """A value model: the policy's backbone weights (copied) plus a zero-initialised scalar head."""
+    config = policy.config.__class__.from_dict({**policy.config.to_dict(), "num_labels": 1})
+    with torch.random.fork_rng(devices=[]):
+        critic = AutoModelForTokenClassification.from_config(config, dtype=policy.dtype)
+    backbone = getattr(critic, critic.base_model_prefix)
+    backbone.load_state_dict(getattr(policy, policy.base_model_prefix).state_dict())
+    head = critic.score
+    torch.nn.init.zeros_(head.weight)
+    if head.bias is not None:
+        torch.nn.init.zeros_(head.bias)
+    return critic.to(policy.device)
+
+
+def load_critic(path: str | Path, *, device: str = "auto", dtype: str = "auto") -> PreTrainedModel:
+    path = _check_dir(path)
+    torch_device = pick_device(device)
+    try:
+        model = AutoModelForTokenClassification.from_pretrained(
+            path, local_files_only=True, use_safetensors=True, dtype=pick_dtype(torch_device, dtype))
+    except Exception as error:
+        raise ModelLoadError(f"critic path {path}: cannot load ({error})") from None
+    return model.to(torch_device)
+
+
+def save_model(model: PreTrainedModel, dest: str | Path, *, tokenizer: PreTrainedTokenizerBase | None = None,
+               meta: dict[str, Any] | None = None) -> None:
+    """Write weights (safetensors), config, tokenizer and meta to `dest` all at once (temp dir, then rename)."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        model.save_pretrained(staging, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(staging)
+        (staging / META_FILE).write_text(json.dumps(meta or {}, indent=2, sort_keys=True) + "\n")
+        staging.chmod(0o755)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(staging, dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    file = Path(path) / META_FILE
+    return json.loads(file.read_text()) if file.exists() else {}
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,105 @@
+"""The embedded default's tokenizer: byte-level BPE trained on the text the environments produce.
+
+Byte-level means every byte is in the base alphabet, so any string (unseen words, unicode) round-trips. The
+special tokens and chat template are ChatML's, as in Qwen2.5: <|im_start|>role\\ncontent<|im_end|>\\n.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Iterator, Sequence
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from ragen.envs import make_env
+from ragen.prompting import SYSTEM_PROMPT, first_user_message, next_user_message
+
+PAD_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+# Pieces BPE may not merge across: newlines and single digits (numbers stay compositional for Countdown and
+# rewards), and sentence ends (a space after . , : ? starts a new piece). Inside a piece merges may cross spaces,
+# so the constant prompt sentences and common grid rows become single tokens: env text averages ~6 characters
+# per token instead of ~3.5 with GPT-2's word regex, which is what CPU training pays for.
+PRE_TOKENIZER = pre_tokenizers.Sequence([
+    pre_tokenizers.Split(Regex(r"\n|\d"), behavior="isolated"),
+    pre_tokenizers.Split(Regex(r"(?<=[.,:?]) "), behavior="merged_with_next"),
+    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+])
+THOUGHTS = (
+    "I will move {a}.", "Let me try {a} first.", "The player should go {a}.", "Moving {a} looks fine.",
+    "I think {a} is a good choice.", "I am not sure, so I try {a}.", "I pick {a}.",
+)
+
+
+def example_response(rng: random.Random, actions: Sequence[str], enable_think: bool = True) -> str:
+    """A well-formed response with a short, skill-free thought: the warm-start format."""
+    answer = " || ".join(actions)
+    if not enable_think:
+        return f"<answer>{answer}</answer>"
+    thought = rng.choice(THOUGHTS).format(a=" then ".join(a.lower() for a in actions))
+    return f"<think>{thought}</think><answer>{answer}</answer>"
+
+
+def random_action(env, rng: random.Random) -> str:
+    """A valid action drawn at random: a name, or for Countdown an expression over its numbers."""
+    if env.action_names:
+        return rng.choice(env.action_names)
+    nums = list(env.nums)
+    rng.shuffle(nums)
+    text = str(nums[0])
+    for n in nums[1:]:
+        text = f"{text} {rng.choice('+-*/')} {n}" if rng.random() < 0.6 else f"({text}) {rng.choice('+-*')} {n}"
+    return text
+
+
+def env_corpus(tags: Sequence[str], episodes_per_env: int = 64, seed: int = 0) -> Iterator[str]:
+    """Conversations played with random valid actions: every string a prompt or response can contain."""
+    rng = random.Random(seed)
+    yield SYSTEM_PROMPT
+    for tag in tags:
+        env = make_env(tag)
+        for episode in range(episodes_per_env):
+            for enable_think in (True, False):
+                state, _ = env.reset(seed=rng.randrange(2**31))
+                left = env.max_actions_per_traj
+                yield first_user_message(env, state, left, enable_think)
+                for turn in range(2, env.max_turns + 2):
+                    actions = [random_action(env, rng) for _ in range(rng.randint(1, min(3, left)))]
+                    yield example_response(rng, actions, enable_think)
+                    reward, done = 0.0, False
+                    for action in actions:
+                        state, r, terminated, truncated, _ = env.step(action)
+                        reward, left, done = reward + r, left - 1, terminated or truncated
+                        if done or left == 0:
+                            break
+                    if done or left == 0 or turn > env.max_turns:
+                        yield f"Reward:\n{reward}\n"
+                        break
+                    yield next_user_message(reward, turn, state, left, enable_think)
+
+
+def train_tokenizer(texts: Iterator[str] | Sequence[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """Byte-level BPE with ChatML special tokens and chat template, as a transformers tokenizer."""
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = PRE_TOKENIZER
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    core.train_from_iterator(texts, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, eos_token=IM_END, pad_token=PAD_TOKEN, clean_up_tokenization_spaces=False,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.padding_side = "left"
+    return tokenizer
