@@ -35,6 +35,54 @@ class EnvsConfig:
 
 
 @dataclass
+class ModelConfig:
+    """Section `model`: the policy. `tiny` is built and warm-started by stage base; `hf` loads a local checkpoint."""
+
+    source: str = "tiny"  # tiny (the embedded default, built here) | hf (a local Hugging Face checkpoint)
+    path: str = ""  # hf only: local checkpoint directory (e.g. a Qwen2.5-0.5B-Instruct download); never fetched
+    vocab_size: int = 1024  # tiny: byte-level BPE vocabulary trained on env text
+    hidden_size: int = 192  # tiny: Qwen2 hidden size (with the defaults: 1.9 M parameters)
+    num_layers: int = 4  # tiny: decoder layers
+    num_heads: int = 6  # tiny: attention heads
+    num_kv_heads: int = 3  # tiny: key/value heads (grouped-query attention)
+    intermediate_size: int = 528  # tiny: MLP width
+    max_positions: int = 2048  # tiny: context length in tokens
+    device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda
+    dtype: str = "auto"  # auto (bfloat16 on cuda, float32 on cpu) | float32 | bfloat16
+    seed: int = 0  # tiny: weight initialisation seed
+
+
+@dataclass
+class BaseConfig:
+    """Section `base`: the warm start of the tiny policy (stage base)."""
+
+    mode: str = "warm"  # warm: well-formatted responses with random valid actions (no skill) | sft: solver demos
+    tokenizer_episodes: int = 64  # episodes per env (think and no-think) whose text trains the tokenizer
+    episodes_per_env: int = 384  # supervised conversations per env in params `envs.tags`
+    steps: int = 500  # optimizer steps
+    batch_size: int = 16  # conversations per step
+    lr: float = 0.003  # AdamW peak learning rate (linear warmup, cosine decay)
+    warmup_steps: int = 20  # learning-rate warmup steps
+    weight_decay: float = 0.01  # AdamW weight decay
+    eval_episodes: int = 64  # val instances per env on which the base policy is measured (at most envs.val_size)
+    seed: int = 0  # data and sampling seed
+
+
+@dataclass
+class RolloutConfig:
+    """Section `rollout`: multi-turn episodes (RAGEN's agent_proxy and es_manager settings)."""
+
+    max_turns: int = 5  # turns per episode (single-action envs always stop after 1)
+    max_actions_per_turn: int = 5  # actions read from one answer; extra ones are dropped without penalty
+    max_new_tokens: int = 48  # sampled tokens per turn (RAGEN gives Qwen 400; tiny responses are ~10 tokens)
+    temperature: float = 1.0  # sampling temperature for training rollouts
+    top_p: float = 1.0  # nucleus sampling mass
+    top_k: int = 0  # keep the k most likely tokens; 0 = all
+    enable_think: bool = True  # <think>...</think><answer>...</answer>; False: <answer> only
+    format_penalty: float = -0.1  # added to the return for each turn that does not parse or names an invalid action
+
+
+@dataclass
 class TrackingConfig:
     """Section `tracking`: where MLflow runs go. Not a DVC param: changing it reruns nothing."""
 
@@ -45,6 +93,9 @@ class TrackingConfig:
 @dataclass
 class Config:
     envs: EnvsConfig = field(default_factory=EnvsConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    base: BaseConfig = field(default_factory=BaseConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 
@@ -114,6 +165,18 @@ def validate(config: Config) -> None:
         if seed < 0:
             raise ConfigError(f"envs.{split}_seed must be non-negative, got {seed}")
         ranges[split] = (seed, seed + size)
+    choices = {"model.source": (config.model.source, ("tiny", "hf")), "base.mode": (config.base.mode, ("warm", "sft")),
+               "model.device": (config.model.device, ("auto", "cpu", "cuda")),
+               "model.dtype": (config.model.dtype, ("auto", "float32", "bfloat16", "float16"))}
+    for key, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(allowed)}")
+    if config.model.source == "hf" and not config.model.path:
+        raise ConfigError("model.path: empty; model.source hf needs a local checkpoint directory")
+    if config.model.hidden_size % config.model.num_heads or config.model.num_heads % config.model.num_kv_heads:
+        raise ConfigError("model: hidden_size must be divisible by num_heads, and num_heads by num_kv_heads")
+    if not 0.0 < config.rollout.top_p <= 1.0 or config.rollout.temperature < 0 or config.rollout.top_k < 0:
+        raise ConfigError("rollout: need 0 < top_p <= 1, temperature >= 0 and top_k >= 0")
     splits = list(ranges)
     for i, a in enumerate(splits):
         for b in splits[i + 1 :]:

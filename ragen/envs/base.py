@@ -94,6 +94,10 @@ class TextEnv:
         self.last_success = info.success
         return obs, reward, terminated, truncated, info.as_dict()
 
+    def is_valid_action(self, action: str) -> bool:
+        """Whether `step(action)` would accept it, without taking the step."""
+        return isinstance(action, str) and len(action) <= MAX_ACTION_CHARS and self.lookup_action(action) is not None
+
     def lookup_action(self, action: str) -> int | None:
         """The index of a named action, case-insensitive and ignoring surrounding spaces; None if unknown."""
         assert self.action_names is not None

@@ -71,6 +71,13 @@ class CountdownEnv(TextEnv):
                 self.nums, self.target = nums, self.rng.choice(targets)
                 return
 
+    def is_valid_action(self, action: str) -> bool:
+        try:
+            evaluate(action)
+        except ExpressionError:
+            return False
+        return True
+
     def _step(self, action: str) -> tuple[str, float, bool, bool, StepInfo]:
         try:
             value, used = evaluate(action)

@@ -85,6 +85,25 @@ def frozen_lake_success_probability(layout: str, max_steps: int) -> float:
     return value[lake.index(player)]
 
 
+def frozen_lake_best_action(layout: str, steps_left: int) -> str:
+    """The action that maximises the probability of reaching the goal within `steps_left` actions."""
+    from ragen.envs.frozen_lake import ACTIONS as LAKE_ACTIONS
+
+    lake, player = parse_lake(layout)
+    table = transition_table(lake)
+    goal = lake.index(lake.goal)
+    value = [float(s == goal) for s in range(len(table))]
+    for _ in range(max(steps_left - 1, 0)):
+        value = [
+            1.0 if s == goal
+            else max(sum(p * value[nxt] for p, nxt, _, _ in outcomes) for outcomes in table[s])
+            if not lake.is_terminal(lake.position(s)) else 0.0
+            for s in range(len(table))
+        ]
+    q = [sum(p * value[nxt] for p, nxt, _, _ in outcomes) for outcomes in table[lake.index(player)]]
+    return LAKE_ACTIONS[max(range(4), key=lambda a: q[a])]
+
+
 # --- Bandit ---
 def bandit_optimal_arm(arms: Sequence[Arm]) -> tuple[str, float]:
     """The arm with the highest expected reward and that expectation."""

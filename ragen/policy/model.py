@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers.utils import logging as hf_logging
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -29,6 +30,8 @@ from transformers import (
 )
 
 META_FILE = "ragen_meta.json"
+
+hf_logging.disable_progress_bar()  # no "Writing model shards" bars in stage logs
 
 
 class ModelLoadError(RuntimeError):

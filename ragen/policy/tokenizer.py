@@ -38,26 +38,33 @@ THOUGHTS = (
     "I will move {a}.", "Let me try {a} first.", "The player should go {a}.", "Moving {a} looks fine.",
     "I think {a} is a good choice.", "I am not sure, so I try {a}.", "I pick {a}.",
 )
+EXPRESSION_THOUGHTS = (
+    "I combine the numbers in order.", "Let me try one equation.", "I use every number once.",
+)
 
 
-def example_response(rng: random.Random, actions: Sequence[str], enable_think: bool = True) -> str:
-    """A well-formed response with a short, skill-free thought: the warm-start format."""
+def example_response(rng: random.Random, actions: Sequence[str], enable_think: bool = True, *, named: bool = True) -> str:
+    """A well-formed response with a short, skill-free thought: the warm-start format.
+
+    `named`: the actions are names (the thought mentions them); else an expression (a generic thought).
+    """
     answer = " || ".join(actions)
     if not enable_think:
         return f"<answer>{answer}</answer>"
-    thought = rng.choice(THOUGHTS).format(a=" then ".join(a.lower() for a in actions))
+    if named:
+        thought = rng.choice(THOUGHTS).format(a=" then ".join(a.lower() for a in actions))
+    else:
+        thought = rng.choice(EXPRESSION_THOUGHTS)
     return f"<think>{thought}</think><answer>{answer}</answer>"
 
 
 def random_action(env, rng: random.Random) -> str:
-    """A valid action drawn at random: a name, or for Countdown an expression over its numbers."""
+    """A valid action drawn at random: a name, or for Countdown its numbers in order with random operators."""
     if env.action_names:
         return rng.choice(env.action_names)
-    nums = list(env.nums)
-    rng.shuffle(nums)
-    text = str(nums[0])
-    for n in nums[1:]:
-        text = f"{text} {rng.choice('+-*/')} {n}" if rng.random() < 0.6 else f"({text}) {rng.choice('+-*')} {n}"
+    text = str(env.nums[0])
+    for n in env.nums[1:]:
+        text += f" {rng.choice('+-*/')} {n}"
     return text
 
 
@@ -74,7 +81,7 @@ def env_corpus(tags: Sequence[str], episodes_per_env: int = 64, seed: int = 0) -
                 yield first_user_message(env, state, left, enable_think)
                 for turn in range(2, env.max_turns + 2):
                     actions = [random_action(env, rng) for _ in range(rng.randint(1, min(3, left)))]
-                    yield example_response(rng, actions, enable_think)
+                    yield example_response(rng, actions, enable_think, named=env.action_names is not None)
                     reward, done = 0.0, False
                     for action in actions:
                         state, r, terminated, truncated, _ = env.step(action)

@@ -1,0 +1,158 @@
+"""Stage base: the base policy that RL starts from.
+
+tiny: train the byte-level BPE tokenizer on env text, build the small Qwen2, warm-start it by supervised training
+(`base.mode` warm: random valid actions; sft: solver demonstrations), save it to models/base/.
+hf: check that `model.path` loads as a causal LM with a chat template and record the path in models/base/.
+Then measure the base policy on each env's val split at the rollout temperature: format-valid rate, success
+rate, and the success of random valid actions on the same instances (metrics/base.json and MLflow).
+
+Run: `python -m flows.base [key=value ...]`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import polars as pl
+import torch
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from flows.common import cli_overrides, write_json
+from ragen.config import Config, flatten, load_config, to_dict
+from ragen.policy import Policy
+from ragen.policy.model import build_tiny_model, count_parameters, load_causal_lm, save_model
+from ragen.policy.tokenizer import env_corpus, train_tokenizer
+from ragen.records import EpisodeSpec, Trajectory
+from ragen.rollout import policy_responder, run_episodes, summarize
+from ragen.tracking import MlflowTracker
+from ragen.warmstart import scripted_responder, train_supervised
+
+LOG_EVERY = 10
+
+
+def read_seeds(envs_dir: Path, tag: str, split: str) -> list[int]:
+    path = envs_dir / tag / f"{split}.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; run stage envgen first (dvc repro envgen)")
+    return pl.read_parquet(path, columns=["seed"])["seed"].to_list()
+
+
+@task(cache_policy=NO_CACHE)
+def build_tiny(cfg: Config, envs_dir: Path, tracker: MlflowTracker) -> Policy:
+    """Tokenizer, model, warm-start data and supervised training for the embedded default."""
+    start = time.perf_counter()
+    tokenizer = train_tokenizer(env_corpus(cfg.envs.tags, cfg.base.tokenizer_episodes, cfg.base.seed),
+                                cfg.model.vocab_size)
+    m = cfg.model
+    model = build_tiny_model(tokenizer, hidden_size=m.hidden_size, num_layers=m.num_layers, num_heads=m.num_heads,
+                             num_kv_heads=m.num_kv_heads, intermediate_size=m.intermediate_size,
+                             max_positions=m.max_positions, seed=m.seed)
+    policy = Policy(model, tokenizer)
+    renderer = policy.renderer(cfg.rollout.enable_think)
+    respond = scripted_responder(cfg.base.mode, tokenizer, renderer.prefix, seed=cfg.base.seed,
+                                 max_actions_per_turn=cfg.rollout.max_actions_per_turn,
+                                 max_turns=cfg.rollout.max_turns, enable_think=cfg.rollout.enable_think)
+    data: list[Trajectory] = []
+    for tag in cfg.envs.tags:
+        seeds = read_seeds(envs_dir, tag, "train")
+        specs = [EpisodeSpec(tag, seeds[i % len(seeds)], i) for i in range(cfg.base.episodes_per_env)]
+        data += run_episodes(specs, respond, renderer, cfg.rollout, max_positions=m.max_positions)
+    tracker.log_metrics({"base/parameters": count_parameters(model), "base/vocab_size": len(tokenizer),
+                         "base/sft_sequences": len(data),
+                         "base/sft_tokens_mean": sum(len(t.token_ids) for t in data) / len(data),
+                         "timing/base/data_s": time.perf_counter() - start})
+    print(f"base | {count_parameters(model) / 1e6:.2f} M parameters, vocab {len(tokenizer)}, "
+          f"{len(data)} {cfg.base.mode} conversations")
+
+    pending: list[tuple[int, dict[str, float]]] = []
+    train_start = time.perf_counter()
+
+    def log(step: int, metrics: dict[str, float]) -> None:
+        pending.append((step, metrics))
+        if (step + 1) % LOG_EVERY == 0 or step + 1 == cfg.base.steps:
+            for s, values in pending:
+                tracker.log_metrics(values, step=s)
+            pending.clear()
+            elapsed = time.perf_counter() - train_start
+            eta = elapsed / (step + 1) * (cfg.base.steps - step - 1)
+            print(f"base | step {step + 1}/{cfg.base.steps} | sft/loss {metrics['sft/loss']:.3f} | eta {eta:.0f}s")
+
+    torch.manual_seed(cfg.base.seed)
+    train_supervised(model, data, pad_id=tokenizer.pad_token_id, steps=cfg.base.steps, batch_size=cfg.base.batch_size,
+                     lr=cfg.base.lr, warmup_steps=cfg.base.warmup_steps, weight_decay=cfg.base.weight_decay,
+                     seed=cfg.base.seed, log=log)
+    tracker.log_metrics({"timing/base/train_s": time.perf_counter() - train_start})
+    return policy
+
+
+@task(cache_policy=NO_CACHE)
+def evaluate_base(cfg: Config, policy: Policy, envs_dir: Path) -> tuple[dict[str, dict[str, float]], list[dict]]:
+    """Base policy vs random valid actions on the first `base.eval_episodes` val instances of each env."""
+    renderer = policy.renderer(cfg.rollout.enable_think)
+    generator = torch.Generator().manual_seed(cfg.base.seed)
+    results, samples = {}, []
+    for tag in cfg.envs.tags:
+        seeds = read_seeds(envs_dir, tag, "val")[: cfg.base.eval_episodes]
+        specs = [EpisodeSpec(tag, seed, i) for i, seed in enumerate(seeds)]
+        trajectories = run_episodes(specs, policy_responder(policy, cfg.rollout, generator=generator), renderer,
+                                    cfg.rollout, max_positions=policy.model.config.max_position_embeddings)
+        randoms = run_episodes(specs, scripted_responder("warm", policy.tokenizer, renderer.prefix, seed=cfg.base.seed,
+                                                         max_actions_per_turn=cfg.rollout.max_actions_per_turn,
+                                                         max_turns=cfg.rollout.max_turns,
+                                                         enable_think=cfg.rollout.enable_think),
+                               renderer, cfg.rollout, max_positions=policy.model.config.max_position_embeddings)
+        results[tag] = {**summarize(trajectories), "random_success_rate": summarize(randoms)["success_rate"]}
+        samples += [{"tag": tag, "seed": t.seed, "success": t.success, "return": t.traj_return,
+                     "transcript": policy.tokenizer.decode(t.token_ids[t.system_len:])} for t in trajectories[:2]]
+        r = results[tag]
+        print(f"base | {tag:<13} | format-valid {r['format_valid_rate']:.3f} | success {r['success_rate']:.3f} "
+              f"(random actions {r['random_success_rate']:.3f})")
+    return results, samples
+
+
+@flow(name="base")
+def base(params: str = "params.yaml", overrides: list[str] | None = None, envs_dir: str = "data/envs",
+         out_dir: str = "models/base", metrics_path: str = "metrics/base.json") -> dict[str, dict[str, float]]:
+    cfg = load_config(params, overrides or [])
+    random.seed(cfg.base.seed)
+    envs_path = Path(envs_dir)
+    for tag in cfg.envs.tags:  # fail before any training when envgen has not run
+        read_seeds(envs_path, tag, "val")
+    with MlflowTracker(cfg.tracking, stage="base", params=flatten(to_dict(cfg)),
+                       tags={"ragen.env_tags": ",".join(cfg.envs.tags), "ragen.model_source": cfg.model.source,
+                             "ragen.base_mode": cfg.base.mode}) as tracker:
+        tracker.log_dict(to_dict(cfg), "config.yaml")
+        if cfg.model.source == "tiny":
+            policy = build_tiny(cfg, envs_path, tracker)
+            meta = {"source": "tiny", "mode": cfg.base.mode}
+        else:
+            model, tokenizer = load_causal_lm(cfg.model.path, device=cfg.model.device, dtype=cfg.model.dtype)
+            policy = Policy(model.eval(), tokenizer)
+            meta = {"source": "hf", "path": str(Path(cfg.model.path).expanduser().resolve())}
+            print(f"base | hf model {meta['path']}: {count_parameters(model) / 1e6:.1f} M parameters on {model.device}")
+        start = time.perf_counter()
+        results, samples = evaluate_base(cfg, policy, envs_path)
+        tracker.log_metrics({f"base/{tag}/{k}": v for tag, r in results.items() for k, v in r.items()}
+                            | {"timing/base/eval_s": time.perf_counter() - start})
+        tracker.log_dict({"episodes": samples}, "samples/base_val_episodes.json")
+        if cfg.model.source == "tiny":
+            save_model(policy.model, out_dir, tokenizer=policy.tokenizer, meta=meta)
+        else:
+            save_model_meta_only(out_dir, meta)
+        write_json(metrics_path, results)
+    return results
+
+
+def save_model_meta_only(out_dir: str, meta: dict) -> None:
+    from flows.common import staged_dir
+    from ragen.policy.model import META_FILE
+
+    with staged_dir(out_dir) as staging:
+        write_json(staging / META_FILE, meta)
+
+
+if __name__ == "__main__":
+    base(overrides=cli_overrides())

@@ -1,0 +1,48 @@
+"""The policy: a Hugging Face causal LM, its tokenizer and chat template, and KV-cache sampling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from ragen.policy.chat import ChatRenderer
+from ragen.policy.model import load_causal_lm, read_meta
+from ragen.policy.sampling import Sample, TokenTexts, sample
+from ragen.prompting import forced_prefix
+
+
+@dataclass
+class Policy:
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    token_texts: TokenTexts = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.token_texts = TokenTexts(self.tokenizer)
+
+    @classmethod
+    def from_dir(cls, path: str | Path, *, device: str = "auto", dtype: str = "auto") -> Policy:
+        model, tokenizer = load_causal_lm(path, device=device, dtype=dtype)
+        return cls(model.eval(), tokenizer)
+
+    def renderer(self, enable_think: bool) -> ChatRenderer:
+        return ChatRenderer(self.tokenizer, forced_prefix(enable_think))
+
+    def sample(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float = 1.0,
+               top_p: float = 1.0, top_k: int = 0, generator: torch.Generator | None = None) -> list[Sample]:
+        return sample(self.model, self.token_texts, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+                      top_p=top_p, top_k=top_k, generator=generator)
+
+
+def load_policy(path: str | Path, *, device: str = "auto", dtype: str = "auto") -> Policy:
+    """A policy saved by a stage: the weights in `path`, or for `hf` the local checkpoint its meta points to."""
+    meta = read_meta(path)
+    source = Path(meta["path"]) if meta.get("source") == "hf" else Path(path)
+    return Policy.from_dir(source, device=device, dtype=dtype)
+
+
+__all__ = ["Policy", "Sample", "load_policy"]

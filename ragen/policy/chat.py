@@ -1,0 +1,63 @@
+"""One episode as one token sequence, built turn by turn with the model's own chat template.
+
+The sequence is the prompt of every next turn: system + first user message + generation prompt + forced prefix,
+then the sampled ids, then the template text that closes the assistant turn and opens the next user and
+assistant turns, and so on. Template pieces are found by rendering the conversation with the chat template and
+taking the text between the assistant content and the next generation point, so any prefix-stable template
+(ChatML / Qwen2.5, Llama 3, ...) works; the sampled ids are never re-tokenised.
+"""
+
+from __future__ import annotations
+
+from transformers import PreTrainedTokenizerBase
+
+from ragen.prompting import SYSTEM_PROMPT
+
+
+class ChatTemplateError(ValueError):
+    """The tokenizer's chat template does not render a conversation as a prefix of its continuation."""
+
+
+class ChatRenderer:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, prefix: str) -> None:
+        self.tokenizer = tokenizer
+        self.prefix = prefix
+        self.eos_text = tokenizer.decode([tokenizer.eos_token_id]) if tokenizer.eos_token_id is not None else ""
+
+    def render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def start(self, user: str) -> tuple[list[dict[str, str]], list[int], int]:
+        """-> messages, the ids to sample the first turn from, and how many of them are the system message."""
+        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+        system_len = len(self.encode(self.render(messages[:1], add_generation_prompt=False)))
+        ids = self.encode(self.render(messages, add_generation_prompt=True) + self.prefix)
+        return messages, ids, system_len
+
+    def _between(self, messages: list[dict[str, str]], response: str, nxt: dict[str, str] | None) -> str:
+        """Template text after the assistant `response` up to the next generation point (or the end)."""
+        before = self.render(messages, add_generation_prompt=True) + self.prefix + response
+        closed = messages + [{"role": "assistant", "content": self.prefix + response}]
+        after = self.render(closed + [nxt], add_generation_prompt=True) if nxt else self.render(closed, add_generation_prompt=False)
+        if not after.startswith(before):
+            raise ChatTemplateError("the chat template does not keep earlier turns unchanged; multi-turn token-in-"
+                                    "token-out needs a prefix-stable template")
+        return after[len(before) :] + (self.prefix if nxt else "")
+
+    def continue_ids(self, messages: list[dict[str, str]], response: str, ended_with_eos: bool, user: str | None) -> list[int]:
+        """Ids that follow a sampled response: close the turn, then (if `user`) the next user turn and prefix.
+
+        `response` is the decoded sampled text without the end-of-turn token; when the model sampled that token
+        itself (`ended_with_eos`), it is already in the sequence and is not added again.
+        """
+        nxt = {"role": "user", "content": user} if user is not None else None
+        text = self._between(messages, response, nxt)
+        if ended_with_eos and self.eos_text and text.startswith(self.eos_text):
+            text = text[len(self.eos_text) :]
+        return self.encode(text)
+
+    def assistant_message(self, response: str) -> dict[str, str]:
+        return {"role": "assistant", "content": self.prefix + response}

@@ -1,0 +1,143 @@
+"""Supervised warm start of the tiny policy (stage base).
+
+`warm` mode: well-formatted responses with a short, skill-free thought and random valid actions, for every env:
+a format-following agent with no skill, like an instruction-tuned LLM before RL. `sft` mode: the same format with
+solver demonstrations (BFS plans for Sokoban, the optimal action for FrozenLake, the best arm, a Countdown
+solution), for RAGEN's SFT-versus-RL comparison. Both are played through `rollout.run_episodes`, so the
+supervised sequences are built exactly as rollouts are (same template pieces, same tokens).
+
+Loss: token-mean negative log-likelihood over the response tokens of the batch,
+    L = - sum_{b,t} m[b,t] log pi(x[b,t] | x[b,<t]) / sum_{b,t} m[b,t],   m = sampled_mask.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Callable, Sequence
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from ragen.envs.base import TextEnv
+from ragen.envs.bandit import BanditEnv
+from ragen.envs.countdown import CountdownEnv
+from ragen.envs.frozen_lake import FrozenLakeEnv
+from ragen.envs.sokoban import SokobanEnv
+from ragen.envs.solvers import bandit_optimal_arm, countdown_solve, frozen_lake_best_action, sokoban_plan
+from ragen.policy.sampling import Sample, left_pad
+from ragen.policy.scoring import token_logprobs
+from ragen.policy.tokenizer import example_response, random_action
+from ragen.records import Trajectory
+from ragen.rollout import Responder
+
+
+def actions_left(env: TextEnv) -> int:
+    return env.max_actions_per_traj - env.num_steps
+
+
+def random_actions(env: TextEnv, rng: random.Random, max_per_turn: int, max_turns: int = 0) -> list[str]:
+    """1 to 3 random valid actions (never more than the turn or the budget allows)."""
+    count = rng.randint(1, max(1, min(3, max_per_turn, actions_left(env))))
+    return [random_action(env, rng) for _ in range(count)]
+
+
+def expert_actions(env: TextEnv, rng: random.Random, max_per_turn: int, max_turns: int) -> list[str]:
+    """The solver's next actions for the env's current state (random ones where no solution exists).
+
+    FrozenLake is stochastic, so the expert acts one step per turn and looks again; it plans for the steps it
+    can still take, min(actions left, turns left), since it uses exactly one action per turn.
+    """
+    left = min(max_per_turn, actions_left(env))
+    if isinstance(env, SokobanEnv):
+        plan = sokoban_plan(env.board)
+        return plan[:left] if plan else random_actions(env, rng, max_per_turn)
+    if isinstance(env, FrozenLakeEnv):
+        horizon = min(actions_left(env), min(max_turns, env.max_turns) - env.num_steps)
+        return [frozen_lake_best_action(env.render(), horizon)]
+    if isinstance(env, BanditEnv):
+        return [bandit_optimal_arm(env.arms)[0]]
+    if isinstance(env, CountdownEnv):
+        solution = countdown_solve(env.nums, env.target)
+        return [solution] if solution else random_actions(env, rng, max_per_turn)
+    raise TypeError(f"no expert for {type(env).__name__}")
+
+
+CHOOSERS: dict[str, Callable[[TextEnv, random.Random, int, int], list[str]]] = {
+    "warm": random_actions, "sft": expert_actions}
+
+
+def scripted_responder(mode: str, tokenizer: PreTrainedTokenizerBase, prefix: str, *, max_actions_per_turn: int,
+                       max_turns: int, enable_think: bool, seed: int) -> Responder:
+    """Responses written by a script instead of sampled: `mode` warm (random actions) or sft (solver)."""
+    rng = random.Random(seed)
+    choose = CHOOSERS[mode]
+
+    def respond(prompts: list[list[int]], envs: list[TextEnv]) -> list[Sample]:
+        samples = []
+        for env in envs:
+            actions = choose(env, rng, max_actions_per_turn, max_turns)
+            text = example_response(rng, actions, enable_think, named=env.action_names is not None)
+            ids = tokenizer.encode(text[len(prefix):], add_special_tokens=False)
+            samples.append(Sample(tuple(ids), (0.0,) * len(ids), "stop"))
+        return samples
+
+    return respond
+
+
+# --- supervised training ---
+def collate(trajectories: Sequence[Trajectory], pad_id: int, device: torch.device):
+    """-> input_ids (B, T), attention_mask (B, T), loss_mask (B, T) bool, left padded."""
+    ids, attention = left_pad([t.token_ids for t in trajectories], pad_id, device)  # (B, T)
+    loss_mask = torch.zeros_like(attention, dtype=torch.bool)  # (B, T)
+    for row, traj in enumerate(trajectories):
+        loss_mask[row, ids.shape[1] - len(traj.token_ids) :] = torch.tensor(traj.sampled_mask, dtype=torch.bool)
+    return ids, attention, loss_mask
+
+
+def lr_at(step: int, *, steps: int, warmup_steps: int, lr: float) -> float:
+    """Linear warmup to `lr`, then cosine decay to lr / 10."""
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, steps - warmup_steps)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train_supervised(model: PreTrainedModel, data: Sequence[Trajectory], *, pad_id: int, steps: int, batch_size: int,
+                     lr: float, warmup_steps: int, weight_decay: float, seed: int,
+                     log: Callable[[int, dict[str, float]], None] | None = None) -> list[float]:
+    """Minimise the response-token NLL; each batch comes from one env tag (similar lengths, little padding).
+
+    The tag of each batch is drawn with probability proportional to its running loss (every tag is visited once
+    first), so the envs that are harder to imitate (Countdown's number copying) get more of the steps.
+    Returns the loss per step.
+    """
+    by_tag: dict[str, list[Trajectory]] = {}
+    for traj in data:
+        by_tag.setdefault(traj.tag, []).append(traj)
+    tags = sorted(by_tag)
+    running = {tag: 0.0 for tag in tags}
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+    model.train()
+    losses = []
+    for step in range(steps):
+        tag = tags[step] if step < len(tags) else rng.choices(tags, weights=[running[t] for t in tags])[0]
+        pool = by_tag[tag]
+        batch = [pool[rng.randrange(len(pool))] for _ in range(batch_size)]
+        ids, attention, loss_mask = collate(batch, pad_id, model.device)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, steps=steps, warmup_steps=warmup_steps, lr=lr)
+        logprobs, _ = token_logprobs(model, ids, attention)  # (B, T)
+        loss = -(logprobs * loss_mask).sum() / loss_mask.sum().clamp(min=1)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+        running[tag] = loss.item() if step < len(tags) else 0.8 * running[tag] + 0.2 * loss.item()
+        if log is not None:
+            log(step, {"sft/loss": loss.item(), "sft/grad_norm": float(grad_norm), "sft/lr": optimizer.param_groups[0]["lr"],
+                       "sft/tokens": float(attention.sum())})
+    model.eval()
+    return losses

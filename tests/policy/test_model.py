@@ -1,0 +1,96 @@
+"""The hf path (a small random Qwen2 built here, no download), the critic, safe saving and clear load errors."""
+
+import json
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2ForTokenClassification
+
+from ragen.policy import Policy, load_policy
+from ragen.policy.model import ModelLoadError, build_critic, load_causal_lm, load_critic, read_meta, save_model
+from ragen.policy.sampling import left_pad
+from ragen.policy.scoring import score_sequences, token_values
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory, tokenizer):
+    """A Hugging Face checkpoint directory as a user would have one: Qwen2 config, safetensors, tokenizer."""
+    path = tmp_path_factory.mktemp("qwen2_random")
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_hf_path_loads_samples_and_scores(hf_dir):
+    model, tokenizer = load_causal_lm(hf_dir, device="cpu")
+    assert model.config.model_type == "qwen2" and tokenizer.chat_template
+    policy = Policy(model.eval(), tokenizer)
+    _, prompt, _ = policy.renderer(True).start("Turn 1:\nState:\nPG\n")
+    samples = policy.sample([prompt, prompt[3:]], max_new_tokens=8, generator=torch.Generator().manual_seed(0))
+    seqs = [prompt + list(samples[0].token_ids), prompt[3:] + list(samples[1].token_ids)]
+    ids, mask = left_pad(seqs, tokenizer.pad_token_id, model.device)
+    logprobs, _ = score_sequences(model, ids, mask)
+    for row, s in enumerate(samples):
+        assert torch.allclose(logprobs[row, ids.shape[1] - len(s.token_ids):], torch.tensor(s.logprobs), atol=1e-4)
+
+
+def test_critic_starts_from_the_policy_with_zero_values(policy, tmp_path):
+    critic = build_critic(policy.model)
+    for name, weight in policy.model.model.state_dict().items():
+        assert torch.equal(critic.model.state_dict()[name], weight)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    values = token_values(critic, ids, torch.ones_like(ids))
+    assert values.shape == (1, 4) and torch.all(values == 0)
+    critic.score.weight.data.fill_(0.01)  # its own weights: the policy is untouched
+    assert torch.equal(policy.model.model.embed_tokens.weight, critic.model.embed_tokens.weight)
+    save_model(critic, tmp_path / "critic")
+    again = load_critic(tmp_path / "critic", device="cpu")
+    assert torch.equal(again.score.weight, critic.score.weight)
+
+
+def test_save_model_is_complete_and_loads(policy, tmp_path):
+    save_model(policy.model, tmp_path / "policy", tokenizer=policy.tokenizer, meta={"source": "tiny"})
+    files = {p.name for p in (tmp_path / "policy").iterdir()}
+    assert {"model.safetensors", "config.json", "tokenizer.json", "ragen_meta.json"} <= files
+    assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in files)
+    assert read_meta(tmp_path / "policy") == {"source": "tiny"}
+    again = load_policy(tmp_path / "policy", device="cpu")
+    ids = torch.tensor([[3, 4, 5]])
+    assert torch.equal(again.model(input_ids=ids).logits, policy.model(input_ids=ids).logits)
+    assert [p.name for p in tmp_path.iterdir()] == ["policy"]  # no staging left behind
+
+
+def test_load_policy_follows_an_hf_meta(hf_dir, tmp_path):
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "ragen_meta.json").write_text(json.dumps({"source": "hf", "path": str(hf_dir)}))
+    assert load_policy(tmp_path / "base", device="cpu").model.config.hidden_size == 64
+
+
+def test_missing_path_is_named(tmp_path):
+    with pytest.raises(ModelLoadError, match=str(tmp_path / "nope")):
+        load_causal_lm(tmp_path / "nope")
+
+
+def test_not_a_causal_lm_is_named(tmp_path, tokenizer):
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, num_labels=1)
+    Qwen2ForTokenClassification(config).save_pretrained(tmp_path, safe_serialization=True)
+    with pytest.raises(ModelLoadError, match="not a causal LM"):
+        load_causal_lm(tmp_path)
+
+
+def test_pickled_weights_are_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}))
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not loaded")
+    with pytest.raises(ModelLoadError, match="safetensors"):
+        load_causal_lm(tmp_path)
+
+
+def test_directory_without_config_is_named(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        load_causal_lm(tmp_path)

@@ -1,0 +1,92 @@
+"""KV-cache sampling: log-probs equal a re-scoring, seeds, stop conditions, the forced prefix, filtering."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ragen.policy.sampling import TokenTexts, filter_logits, left_pad, sample
+from ragen.policy.scoring import score_sequences
+
+
+def prompts_of(policy, texts):
+    return [policy.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+
+
+@pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=0.7, top_p=0.9), dict(temperature=1.3, top_k=20)])
+def test_sampled_logprobs_equal_rescoring(policy, generator, settings):
+    prompts = prompts_of(policy, ["State:\n#_P#", "You have 3 actions left. Always output:", "Target: 5, nums: [1, 2, 3]", "Up"])
+    samples = policy.sample(prompts, max_new_tokens=24, generator=generator, **settings)
+    sequences = [list(p) + list(s.token_ids) for p, s in zip(prompts, samples)]
+    ids, mask = left_pad(sequences, policy.tokenizer.pad_token_id, policy.model.device)
+    logprobs, entropy = score_sequences(policy.model, ids, mask)
+    for row, s in enumerate(samples):
+        rescored = logprobs[row, ids.shape[1] - len(s.token_ids):]
+        assert torch.allclose(rescored, torch.tensor(s.logprobs), atol=1e-4)
+        assert (entropy[row, ids.shape[1] - len(s.token_ids):] > 0).all()
+
+
+def test_same_seed_same_samples_other_seed_other_samples(policy):
+    prompts = prompts_of(policy, ["State:", "Turn 2:"] * 4)
+    a = policy.sample(prompts, max_new_tokens=16, generator=torch.Generator().manual_seed(7))
+    b = policy.sample(prompts, max_new_tokens=16, generator=torch.Generator().manual_seed(7))
+    c = policy.sample(prompts, max_new_tokens=16, generator=torch.Generator().manual_seed(8))
+    assert a == b and a != c
+
+
+def test_greedy_is_argmax(policy):
+    prompts = prompts_of(policy, ["State:\n"])
+    greedy = policy.sample(prompts, max_new_tokens=5, temperature=0.0)[0]
+    ids = list(prompts[0])
+    for token in greedy.token_ids:
+        logits = policy.model(input_ids=torch.tensor([ids])).logits[0, -1]
+        assert token == int(logits.argmax())
+        ids.append(token)
+
+
+class ScriptedLM(torch.nn.Module):
+    """A stand-in LM that emits a fixed token script (row r emits scripts[r][k] at its k-th new token)."""
+
+    def __init__(self, scripts, vocab, prompt_len):
+        super().__init__()
+        self.scripts, self.vocab, self.prompt_len = scripts, vocab, prompt_len
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+
+    @property
+    def device(self):
+        return self.anchor.device
+
+    def forward(self, input_ids, attention_mask, position_ids, use_cache=True, past_key_values=None, logits_to_keep=0):
+        step = attention_mask.shape[1] - self.prompt_len  # tokens generated so far
+        logits = torch.full((input_ids.shape[0], 1, self.vocab), -30.0)
+        for row, script in enumerate(self.scripts):
+            logits[row, 0, script[min(step, len(script) - 1)]] = 30.0
+        return SimpleNamespace(logits=logits, past_key_values=None)
+
+
+def test_stop_at_answer_close_end_of_turn_and_length(tokenizer):
+    enc = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    stop_script = enc("go.</think><answer>Up</answer>") + enc(" more text")
+    eos_script = enc("go") + [tokenizer.convert_tokens_to_ids("<|im_end|>")] + enc("never")
+    long_script = enc("a b c d e f g h i j k l m n o p")
+    model = ScriptedLM([stop_script, eos_script, long_script], len(tokenizer), prompt_len=2)
+    samples = sample(model, TokenTexts(tokenizer), [[5, 6], [7, 8], [9, 10]], max_new_tokens=6)
+    assert samples[0].finish == "stop" and tokenizer.decode(samples[0].token_ids).endswith("</answer>")
+    assert samples[1].finish == "eos" and samples[1].token_ids[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert samples[2].finish == "length" and len(samples[2].token_ids) == 6
+
+
+def test_forced_prefix_opens_generation(policy):
+    for think, prefix in ((True, "<think>"), (False, "<answer>")):
+        _, ids, _ = policy.renderer(think).start("Turn 1:\nState:\nPG\n")
+        assert policy.tokenizer.decode(ids).endswith("<|im_start|>assistant\n" + prefix)
+
+
+def test_filter_logits_by_hand():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    kept = lambda x: torch.isfinite(x)[0].tolist()  # noqa: E731
+    assert kept(filter_logits(logits, top_k=2, top_p=1.0)) == [True, True, False, False]
+    # top-p 0.7: 0.5 < 0.7 so 0.3 is needed too (0.8 >= 0.7); 0.15 is not
+    assert kept(filter_logits(logits, top_k=0, top_p=0.7)) == [True, True, False, False]
+    assert kept(filter_logits(logits, top_k=0, top_p=0.5)) == [True, False, False, False]
+    assert kept(filter_logits(logits, top_k=0, top_p=1.0)) == [True] * 4

@@ -1,0 +1,121 @@
+"""Multi-turn rollout: one exact token sequence per episode, masks, penalties, budgets and endings."""
+
+import pytest
+import torch
+
+from ragen.config import RolloutConfig
+from ragen.envs import make_env
+from ragen.policy.sampling import Sample
+from ragen.policy.tokenizer import env_corpus, train_tokenizer
+from ragen.prompting import SYSTEM_PROMPT, first_user_message, next_user_message
+from ragen.records import EpisodeSpec
+from ragen.rollout import policy_responder, run_episodes, summarize
+from ragen.policy import Policy
+from ragen.policy.chat import ChatRenderer
+from ragen.policy.model import build_tiny_model
+
+LAYOUT = "######\n#P_XO#\n######"  # two Rights push the box home after one walk
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(env_corpus(["bandit", "sokoban", "frozen_lake"], episodes_per_env=6), vocab_size=400)
+
+
+def scripted(tokenizer, responses):
+    """A responder that answers turn k of every episode with responses[k] (text after the forced prefix)."""
+    calls = []
+
+    def respond(prompts, envs):
+        text = responses[len(calls)]
+        calls.append(text)
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        return [Sample(tuple(ids), (-0.5,) * len(ids), "stop") for _ in prompts]
+
+    return respond
+
+
+def play(tokenizer, responses, spec=EpisodeSpec("sokoban", 4), cfg=RolloutConfig(), max_positions=4096):
+    renderer = ChatRenderer(tokenizer, "<think>")
+    return run_episodes([spec], scripted(tokenizer, responses), renderer, cfg, max_positions=max_positions)[0]
+
+
+def test_sequence_is_the_chat_template_of_the_conversation(tokenizer):
+    responses = ["I go.</think><answer>Up || Left</answer>", "oops no tags", "ok</think><answer>Down</answer>",
+                 "x</think><answer>Right</answer>", "y</think><answer>Left</answer>"]
+    traj = play(tokenizer, responses)
+    env = make_env("sokoban")
+    env.reset(seed=4)
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+    left = env.max_actions_per_traj
+    for k, turn in enumerate(traj.turns, start=1):
+        user = first_user_message(env, turn.state, left, True) if k == 1 else next_user_message(
+            traj.turns[k - 2].reward, k, turn.state, left, True)
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": "<think>" + turn.response}]
+        left -= turn.executed
+    assert tokenizer.decode(traj.token_ids) == tokenizer.apply_chat_template(messages, tokenize=False)
+    assert len(traj.turns) == 5 and traj.end_reason == "turns"
+
+
+def test_sampled_mask_covers_exactly_the_response_tokens(tokenizer):
+    traj = play(tokenizer, ["a</think><answer>Up</answer>", "b</think><answer>Down || Left</answer>"] + ["c"] * 3)
+    masked = [tok for tok, m in zip(traj.token_ids, traj.sampled_mask) if m]
+    assert masked == [t for turn in traj.turns for t in turn.response_ids]
+    assert [lp for lp, m in zip(traj.sampled_logprobs, traj.sampled_mask) if m] == [-0.5] * len(masked)
+    assert all(lp == 0.0 for lp, m in zip(traj.sampled_logprobs, traj.sampled_mask) if not m)
+    assert not any(traj.sampled_mask[: traj.system_len])
+    for turn, end in zip(traj.turns, traj.turn_ends):
+        assert traj.token_ids[end] == turn.response_ids[-1] and traj.sampled_mask[end]
+    assert tokenizer.decode(traj.token_ids[: traj.system_len]) == f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n"
+
+
+def test_penalties_budget_and_rewards(tokenizer):
+    cfg = RolloutConfig(max_actions_per_turn=5)
+    responses = [
+        "no format at all",  # penalty, nothing executed
+        "a</think><answer>Jump || Right</answer>",  # invalid name: penalty, Right still executed
+        "b</think><answer>Right</answer>",  # pushes the box home: solved
+    ]
+    traj = play(tokenizer, responses, spec=EpisodeSpec("sokoban", 0, layout=LAYOUT), cfg=cfg)
+    t1, t2, t3 = traj.turns
+    assert (t1.penalty, t1.executed, t1.reward, t1.format_ok) == (-0.1, 0, 0.0, False)
+    assert (t2.penalty, t2.executed, t2.format_ok, t2.actions_valid) == (-0.1, 1, True, False)
+    assert t2.reward == pytest.approx(-0.1)
+    assert (t3.penalty, t3.executed) == (0.0, 1) and t3.reward == pytest.approx(10.9)
+    assert traj.success and traj.end_reason == "terminated"
+    assert traj.env_return == pytest.approx(10.8) and traj.traj_return == pytest.approx(10.6)
+    # the next user message shows the env reward only, never the penalty
+    text = tokenizer.decode(traj.token_ids)
+    assert "Reward:\n0.0\n\nTurn 2:" in text and "Reward:\n-0.1\n\nTurn 3:" in text
+
+
+def test_actions_over_the_budget_are_dropped_without_penalty(tokenizer):
+    many = "x</think><answer>" + " || ".join(["Up"] * 5) + "</answer>"
+    traj = play(tokenizer, [many, many, many], cfg=RolloutConfig(max_actions_per_turn=5))
+    assert [t.executed for t in traj.turns] == [5, 5]
+    assert all(t.penalty == 0.0 for t in traj.turns)
+    assert traj.num_actions == 10 and traj.end_reason == "budget"
+
+
+def test_single_turn_envs_end_after_one_turn(tokenizer):
+    traj = play(tokenizer, ["x</think><answer>Nope</answer>"] * 5, spec=EpisodeSpec("bandit", 3))
+    assert len(traj.turns) == 1 and traj.end_reason == "turns" and traj.penalty == -0.1 and not traj.success
+
+
+def test_context_limit_closes_the_episode(tokenizer):
+    traj = play(tokenizer, ["x</think><answer>Up</answer>"] * 5, max_positions=400)
+    assert traj.end_reason == "context" and len(traj.token_ids) + RolloutConfig().max_new_tokens <= 400 + 200
+    assert tokenizer.decode(traj.token_ids).endswith("<|im_end|>\n")
+
+
+def test_policy_rollouts_are_deterministic_by_seed(tokenizer):
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                             intermediate_size=64, max_positions=2048, seed=0)
+    policy = Policy(model.eval(), tokenizer)
+    specs = [EpisodeSpec("frozen_lake", 7, 0), EpisodeSpec("frozen_lake", 7, 0), EpisodeSpec("bandit", 8, 1)]
+    cfg = RolloutConfig(max_new_tokens=12)
+    runs = [run_episodes(specs, policy_responder(policy, cfg, generator=torch.Generator().manual_seed(3)),
+                         policy.renderer(True), cfg, max_positions=2048) for _ in range(2)]
+    assert runs[0] == runs[1]
+    stats = summarize(runs[0])
+    assert set(stats) >= {"success_rate", "format_valid_rate", "return_mean", "response_tokens_mean"}
