@@ -25,6 +25,7 @@ test: setup
 
 bench: setup
 	$(BIN)/python bench/bench_envs.py
+	$(BIN)/python bench/bench_sampling.py
 
 clean:
 	rm -rf $(VENV) .prefect mlruns .pytest_cache

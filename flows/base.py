@@ -81,7 +81,7 @@ def build_tiny(cfg: Config, envs_dir: Path, tracker: MlflowTracker) -> Policy:
             print(f"base | step {step + 1}/{cfg.base.steps} | sft/loss {metrics['sft/loss']:.3f} | eta {eta:.0f}s")
 
     torch.manual_seed(cfg.base.seed)
-    train_supervised(model, data, pad_id=tokenizer.pad_token_id, steps=cfg.base.steps, batch_size=cfg.base.batch_size,
+    train_supervised(model, data, pad_id=tokenizer.pad_token_id, steps=cfg.base.steps, batch_tokens=cfg.base.batch_tokens,
                      lr=cfg.base.lr, warmup_steps=cfg.base.warmup_steps, weight_decay=cfg.base.weight_decay,
                      seed=cfg.base.seed, log=log)
     tracker.log_metrics({"timing/base/train_s": time.perf_counter() - train_start})

@@ -59,8 +59,8 @@ class BaseConfig:
     mode: str = "warm"  # warm: well-formatted responses with random valid actions (no skill) | sft: solver demos
     tokenizer_episodes: int = 64  # episodes per env (think and no-think) whose text trains the tokenizer
     episodes_per_env: int = 384  # supervised conversations per env in params `envs.tags`
-    steps: int = 500  # optimizer steps
-    batch_size: int = 16  # conversations per step
+    steps: int = 600  # optimizer steps
+    batch_tokens: int = 6144  # tokens per step (many short conversations or a few long ones)
     lr: float = 0.003  # AdamW peak learning rate (linear warmup, cosine decay)
     warmup_steps: int = 20  # learning-rate warmup steps
     weight_decay: float = 0.01  # AdamW weight decay

@@ -27,7 +27,7 @@ from ragen.envs.sokoban import SokobanEnv
 from ragen.envs.solvers import bandit_optimal_arm, countdown_solve, frozen_lake_best_action, sokoban_plan
 from ragen.policy.sampling import Sample, left_pad
 from ragen.policy.scoring import token_logprobs
-from ragen.policy.tokenizer import example_response, random_action
+from ragen.policy.tokenizer import example_response, random_action, thought_kind
 from ragen.records import Trajectory
 from ragen.rollout import Responder
 
@@ -77,7 +77,7 @@ def scripted_responder(mode: str, tokenizer: PreTrainedTokenizerBase, prefix: st
         samples = []
         for env in envs:
             actions = choose(env, rng, max_actions_per_turn, max_turns)
-            text = example_response(rng, actions, enable_think, named=env.action_names is not None)
+            text = example_response(rng, actions, enable_think, kind=thought_kind(env))
             ids = tokenizer.encode(text[len(prefix):], add_special_tokens=False)
             samples.append(Sample(tuple(ids), (0.0,) * len(ids), "stop"))
         return samples
@@ -103,19 +103,22 @@ def lr_at(step: int, *, steps: int, warmup_steps: int, lr: float) -> float:
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def train_supervised(model: PreTrainedModel, data: Sequence[Trajectory], *, pad_id: int, steps: int, batch_size: int,
+def train_supervised(model: PreTrainedModel, data: Sequence[Trajectory], *, pad_id: int, steps: int, batch_tokens: int,
                      lr: float, warmup_steps: int, weight_decay: float, seed: int,
                      log: Callable[[int, dict[str, float]], None] | None = None) -> list[float]:
     """Minimise the response-token NLL; each batch comes from one env tag (similar lengths, little padding).
 
-    The tag of each batch is drawn with probability proportional to its running loss (every tag is visited once
-    first), so the envs that are harder to imitate (Countdown's number copying) get more of the steps.
-    Returns the loss per step.
+    A batch holds about `batch_tokens` tokens: many short single-turn conversations (Bandit) or a few long
+    multi-turn ones (Sokoban), so every step costs about the same. The tag of each batch is drawn with probability
+    proportional to its running loss (every tag is visited once first), so the envs that are harder to imitate
+    (Countdown's number copying) get more of the steps. Returns the loss per step.
     """
     by_tag: dict[str, list[Trajectory]] = {}
     for traj in data:
         by_tag.setdefault(traj.tag, []).append(traj)
     tags = sorted(by_tag)
+    batch_size = {tag: max(1, round(batch_tokens * len(pool) / sum(len(t.token_ids) for t in pool)))
+                  for tag, pool in by_tag.items()}
     running = {tag: 0.0 for tag in tags}
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
@@ -124,7 +127,7 @@ def train_supervised(model: PreTrainedModel, data: Sequence[Trajectory], *, pad_
     for step in range(steps):
         tag = tags[step] if step < len(tags) else rng.choices(tags, weights=[running[t] for t in tags])[0]
         pool = by_tag[tag]
-        batch = [pool[rng.randrange(len(pool))] for _ in range(batch_size)]
+        batch = [pool[rng.randrange(len(pool))] for _ in range(batch_size[tag])]
         ids, attention, loss_mask = collate(batch, pad_id, model.device)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, steps=steps, warmup_steps=warmup_steps, lr=lr)

@@ -82,7 +82,7 @@ def test_supervised_training_lowers_the_loss(tokenizer):
     model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                              intermediate_size=128, max_positions=2048, seed=0)
     before = [p.detach().clone() for p in model.parameters()]
-    losses = train_supervised(model, data, pad_id=tokenizer.pad_token_id, steps=40, batch_size=8, lr=3e-3,
+    losses = train_supervised(model, data, pad_id=tokenizer.pad_token_id, steps=40, batch_tokens=800, lr=3e-3,
                               warmup_steps=5, weight_decay=0.0, seed=0)
     assert all(torch.isfinite(torch.tensor(losses)))
     assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:5]) / 5

@@ -25,6 +25,7 @@ from transformers import (
     AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
 )
@@ -95,7 +96,7 @@ def load_causal_lm(path: str | Path, *, device: str = "auto", dtype: str = "auto
         raise ModelLoadError(f"model path {path} holds {config.architectures or config.model_type}, not a causal LM")
     torch_device = pick_device(device)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tokenizer = load_tokenizer(path)
         model = AutoModelForCausalLM.from_pretrained(
             path, local_files_only=True, use_safetensors=True, dtype=pick_dtype(torch_device, dtype))
     except Exception as error:
@@ -106,6 +107,19 @@ def load_causal_lm(path: str | Path, *, device: str = "auto", dtype: str = "auto
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model.to(torch_device), tokenizer
+
+
+def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
+    """The tokenizer exactly as its tokenizer.json defines it.
+
+    AutoTokenizer picks a tokenizer class from the model type in config.json (Qwen2Tokenizer for a qwen2 model)
+    and rebuilds its pre-tokenizer, which would silently re-tokenise our own byte-level BPE differently from how
+    it was trained. Loading tokenizer.json verbatim is right for both our tiny models and real checkpoints; only
+    a directory without one (sentencepiece) goes through AutoTokenizer.
+    """
+    if (path / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
 def build_critic(policy: PreTrainedModel) -> PreTrainedModel:

@@ -34,27 +34,27 @@ PRE_TOKENIZER = pre_tokenizers.Sequence([
     pre_tokenizers.Split(Regex(r"(?<=[.,:?]) "), behavior="merged_with_next"),
     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
 ])
-THOUGHTS = (
-    "I will move {a}.", "Let me try {a} first.", "The player should go {a}.", "Moving {a} looks fine.",
-    "I think {a} is a good choice.", "I am not sure, so I try {a}.", "I pick {a}.",
-)
-EXPRESSION_THOUGHTS = (
-    "I combine the numbers in order.", "Let me try one equation.", "I use every number once.",
-)
+# Short, skill-free thoughts per kind of action. Each kind has its own phrases (so one env's phrasing never
+# leads into another env's actions), and a thought names the actions exactly as the answer spells them.
+THOUGHTS = {
+    "move": ("I will move {a}.", "Let me try {a} first.", "The player should go {a}.", "Moving {a} looks fine."),
+    "arm": ("I choose {a}.", "I will pull {a}.", "{a} sounds better."),
+    "expression": ("I combine the numbers in order.", "Let me try one equation.", "I use every number once."),
+}
 
 
-def example_response(rng: random.Random, actions: Sequence[str], enable_think: bool = True, *, named: bool = True) -> str:
-    """A well-formed response with a short, skill-free thought: the warm-start format.
+def thought_kind(env) -> str:
+    if env.action_names is None:
+        return "expression"
+    return "arm" if env.max_actions_per_traj == 1 else "move"
 
-    `named`: the actions are names (the thought mentions them); else an expression (a generic thought).
-    """
+
+def example_response(rng: random.Random, actions: Sequence[str], enable_think: bool = True, *, kind: str = "move") -> str:
+    """A well-formed response with a short, skill-free thought (of `kind`): the warm-start format."""
     answer = " || ".join(actions)
     if not enable_think:
         return f"<answer>{answer}</answer>"
-    if named:
-        thought = rng.choice(THOUGHTS).format(a=" then ".join(a.lower() for a in actions))
-    else:
-        thought = rng.choice(EXPRESSION_THOUGHTS)
+    thought = rng.choice(THOUGHTS[kind]).format(a=" then ".join(actions))
     return f"<think>{thought}</think><answer>{answer}</answer>"
 
 
@@ -81,7 +81,7 @@ def env_corpus(tags: Sequence[str], episodes_per_env: int = 64, seed: int = 0) -
                 yield first_user_message(env, state, left, enable_think)
                 for turn in range(2, env.max_turns + 2):
                     actions = [random_action(env, rng) for _ in range(rng.randint(1, min(3, left)))]
-                    yield example_response(rng, actions, enable_think, named=env.action_names is not None)
+                    yield example_response(rng, actions, enable_think, kind=thought_kind(env))
                     reward, done = 0.0, False
                     for action in actions:
                         state, r, terminated, truncated, _ = env.step(action)

@@ -20,6 +20,22 @@ envs:
   train_seed: 10000
   val_seed: 123
   test_seed: 1000000
+model:
+  vocab_size: 320
+  hidden_size: 32
+  num_layers: 1
+  num_heads: 2
+  num_kv_heads: 1
+  intermediate_size: 64
+base:
+  tokenizer_episodes: 4
+  episodes_per_env: 6
+  steps: 3
+  batch_tokens: 400
+  warmup_steps: 1
+  eval_episodes: 2
+rollout:
+  max_new_tokens: 12
 tracking:
   uri: ""
   experiment: ragen
@@ -50,26 +66,31 @@ def repo(tmp_path):
 
 
 @pytest.mark.slow
-def test_dvc_repro_envgen_then_nothing_to_do(repo):
+def test_dvc_repro_then_nothing_to_do(repo):
     path, env = repo
     out = run(["dvc", "repro"], path, env)
-    assert "Running stage 'envgen'" in out
+    assert "Running stage 'envgen'" in out and "Running stage 'base'" in out
+    assert (path / "models/base/model.safetensors").exists()
     for tag in ("sokoban", "frozen_lake", "countdown"):
         assert pl.read_parquet(path / "data/envs" / tag / "val.parquet").height == 4
     assert "up to date" in run(["dvc", "status"], path, env)
     assert "didn't change, skipping" in run(["dvc", "repro"], path, env)
 
-    # forced rerun: byte-identical outputs, so dvc.lock does not change
+    # forced rerun: byte-identical outputs (tables and model weights), so dvc.lock does not change
     lock = (path / "dvc.lock").read_text()
-    assert "Running stage 'envgen'" in run(["dvc", "repro", "-f"], path, env)
+    assert "Running stage 'base'" in run(["dvc", "repro", "-f"], path, env)
     assert (path / "dvc.lock").read_text() == lock
 
     client = MlflowClient(tracking_uri=f"sqlite:///{path / 'mlruns/mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("ragen").experiment_id])
-    assert len(runs) == 2 and {r.data.tags["dvc.stage"] for r in runs} == {"envgen"}
+    assert sorted(r.data.tags["dvc.stage"] for r in runs) == ["base", "base", "envgen", "envgen"]
 
-    # a changed param reruns the stage
+    # a changed base param reruns base only; a changed envs param reruns envgen and what follows
+    (path / "params.yaml").write_text(SMALL_PARAMS.replace("steps: 3", "steps: 2"))
+    out = run(["dvc", "repro"], path, env)
+    assert "Stage 'envgen' didn't change, skipping" in out and "Running stage 'base'" in out
     (path / "params.yaml").write_text(SMALL_PARAMS.replace("val_size: 4", "val_size: 5"))
-    assert "Running stage 'envgen'" in run(["dvc", "repro"], path, env)
+    out = run(["dvc", "repro"], path, env)
+    assert "Running stage 'envgen'" in out and "Running stage 'base'" in out
     assert pl.read_parquet(path / "data/envs/sokoban/val.parquet").height == 5
     assert "up to date" in run(["dvc", "status"], path, env)

@@ -59,6 +59,10 @@ def test_save_model_is_complete_and_loads(policy, tmp_path):
     assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in files)
     assert read_meta(tmp_path / "policy") == {"source": "tiny"}
     again = load_policy(tmp_path / "policy", device="cpu")
+    # the tokenizer comes back exactly: same ids for env text (config.json's qwen2 type must not swap it for
+    # Qwen2Tokenizer, whose pre-tokenizer splits differently)
+    for text in ["Target: 76, nums: [35, 12, 99]", "You have 9 actions left. Always output:", "######\n#_P__#"]:
+        assert again.tokenizer.encode(text) == policy.tokenizer.encode(text)
     ids = torch.tensor([[3, 4, 5]])
     assert torch.equal(again.model(input_ids=ids).logits, policy.model(input_ids=ids).logits)
     assert [p.name for p in tmp_path.iterdir()] == ["policy"]  # no staging left behind

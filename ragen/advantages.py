@@ -1,0 +1,106 @@
+"""Advantages and returns for StarPO (RAGEN section 1.5): GAE with a critic, or group-normalised returns (GRPO).
+
+Shapes: B trajectories, T token positions (left padded), all quantities aligned to tokens. The whole trajectory
+return sits on its last token (or each turn's reward at the turn's end), so with gamma = lam = 1 GAE gives
+A_t = R - V_t on every token. As in RAGEN/verl, the recursion runs over every position, masked ones included;
+values outside the loss mask count as 0.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """sum(x * m) / sum(m): a token-level mean over the masked entries (0 when the mask is empty)."""
+    mask = mask.to(x.dtype)
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / sqrt(var + eps) over the masked entries, unbiased variance (verl's masked_whiten, shift_mean).
+
+    Entries outside the mask are whitened with the same statistics (they are never used).
+    """
+    mean = masked_mean(x, mask)
+    count = mask.sum().clamp(min=2.0)
+    var = (((x - mean) * mask) ** 2).sum() / (count - 1)
+    return (x - mean) * torch.rsqrt(var + eps)
+
+
+def compute_gae(token_rewards: torch.Tensor, values: torch.Tensor, loss_mask: torch.Tensor, *, gamma: float,
+                lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16) over token positions.
+
+        delta_t = r_t + gamma * V_{t+1} - V_t,     A_t = delta_t + gamma * lam * A_{t+1},     returns_t = A_t + V_t
+    with V_T = A_T = 0 past the end and V masked to 0 outside `loss_mask`. No whitening here (see `whiten`).
+
+    Args:
+        token_rewards: (B, T) reward on each token (the return on the last token by default).
+        values: (B, T) critic values V(x_<=t).
+        loss_mask: (B, T) bool, True where the token is trained on.
+    Returns:
+        advantages (B, T), returns (B, T).
+    """
+    values = values * loss_mask  # (B, T)
+    advantages = torch.zeros_like(token_rewards)  # (B, T)
+    next_value = torch.zeros_like(token_rewards[:, 0])  # (B,)
+    next_advantage = torch.zeros_like(token_rewards[:, 0])  # (B,)
+    for t in reversed(range(token_rewards.shape[1])):
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
+        next_advantage = delta + gamma * lam * next_advantage
+        advantages[:, t] = next_advantage
+        next_value = values[:, t]
+    return advantages, advantages + values
+
+
+def compute_grpo_advantages(traj_returns: torch.Tensor, group_ids: torch.Tensor, loss_mask: torch.Tensor,
+                            eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group-normalised returns broadcast to tokens (RAGEN paper eq. 5; DeepSeekMath GRPO outcome supervision).
+
+        A_i = (R_i - mean_{j in g(i)} R_j) / (std_{j in g(i)} R_j + eps),   0 when the group's std <= eps
+    with the unbiased std over the rollouts of the same initial state. No whitening.
+
+    Args:
+        traj_returns: (B,) trajectory returns. group_ids: (B,) group of each trajectory.
+        loss_mask: (B, T) bool.
+    Returns:
+        advantages (B, T) (zero outside the mask), returns (B, T) = advantages (no critic).
+    """
+    normalized = normalize_returns(traj_returns, group_ids, method="mean_std", eps=eps)  # (B,)
+    advantages = normalized[:, None] * loss_mask  # (B, T)
+    return advantages, advantages
+
+
+def normalize_returns(traj_returns: torch.Tensor, group_ids: torch.Tensor, *, method: str,
+                      eps: float = 1e-6) -> torch.Tensor:
+    """RAGEN's score normalisation within each group (state grouping): identity | mean | mean_std | asym_clip.
+
+        mean:      R - mean_g
+        mean_std:  (R - mean_g) / (std_g + eps), or 0 where std_g <= eps (unbiased std)
+        asym_clip: mean_std clamped to [-1, 3]
+    A group of one trajectory is left as it is.
+    """
+    if method == "identity":
+        return traj_returns.clone()
+    out = traj_returns.clone().float()  # (B,)
+    for group in torch.unique(group_ids):
+        members = group_ids == group
+        if members.sum() < 2:
+            continue
+        r = traj_returns[members].float()
+        centred = r - r.mean()
+        if method == "mean":
+            out[members] = centred
+            continue
+        std = r.std(unbiased=True)
+        scaled = torch.zeros_like(r) if std <= eps else centred / (std + eps)
+        out[members] = scaled.clamp(-1.0, 3.0) if method == "asym_clip" else scaled
+    return out
+
+
+def place_rewards(traj_returns: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) returns -> (B, T) token rewards with each return on its trajectory's last token (left padding: T-1)."""
+    token_rewards = torch.zeros_like(attention_mask, dtype=torch.float32)  # (B, T)
+    token_rewards[:, -1] = traj_returns
+    return token_rewards

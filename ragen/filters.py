@@ -1,0 +1,67 @@
+"""StarPO-S uncertainty filtering (RAGEN paper eq. 7 and section 1.4): keep whole groups by in-group reward spread.
+
+U(s0) = Std_{tau ~ pi(.|s0)}[R(tau)], estimated by the unbiased std of the returns of the K rollouts of a group.
+Shapes: B = G*K trajectories; group_ids (B,); the result is a keep mask (B,) that keeps or drops whole groups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class FilterStats:
+    kept_frac: float  # kept trajectories / all trajectories
+    kept_groups: int
+    groups: int
+    std_mass_kept: float  # sum of the kept groups' std / sum over all groups (1 when every std is 0)
+    group_std_mean: float  # mean in-group std over all groups (RAGEN rollout/in_group_std)
+    group_std_max: float
+    kept_std_mean: float  # mean in-group std over kept groups (rollout/chosen_in_group_std)
+    frac_zero_std: float  # groups whose returns are all equal
+
+    def as_metrics(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.__dict__.items()}
+
+
+def group_stds(traj_returns: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (groups (G,), unbiased std of each group's returns (G,)); a group of one has std 0."""
+    groups = torch.unique(group_ids)  # sorted
+    stds = torch.stack([
+        traj_returns[group_ids == g].float().std(unbiased=True) if (group_ids == g).sum() > 1 else torch.tensor(0.0)
+        for g in groups
+    ])
+    return groups, stds
+
+
+def filter_groups_by_reward_std(traj_returns: torch.Tensor, group_ids: torch.Tensor, keep_ratio: float,
+                                mode: str = "std") -> tuple[torch.Tensor, FilterStats]:
+    """Keep the groups that teach the most.
+
+    mode "std": the top int(keep_ratio * G) groups by in-group std (RAGEN's default, StarPO-S keep_ratio 0.25);
+    "std_rev": the lowest; "nonzero": every group whose std > 0 (DAPO's dynamic sampling; keep_ratio unused).
+    Ties are broken towards the lower group id (stable sort), so the result is deterministic. keep_ratio 1 with
+    "std" keeps everything (vanilla StarPO).
+    """
+    groups, stds = group_stds(traj_returns, group_ids)
+    if mode == "nonzero":
+        kept = groups[stds > 0]
+    else:
+        count = max(1, int(keep_ratio * len(groups))) if keep_ratio > 0 else 0
+        order = torch.sort(stds, descending=(mode == "std"), stable=True).indices
+        if mode not in ("std", "std_rev"):
+            raise ValueError(f"unknown filter mode {mode!r}; use std, std_rev or nonzero")
+        kept = groups[order[:count]]
+    keep = torch.isin(group_ids, kept)  # (B,)
+    kept_stds = stds[torch.isin(groups, kept)]
+    total = float(stds.sum())
+    stats = FilterStats(
+        kept_frac=float(keep.float().mean()), kept_groups=len(kept), groups=len(groups),
+        std_mass_kept=float(kept_stds.sum()) / total if total > 0 else 1.0,
+        group_std_mean=float(stds.mean()), group_std_max=float(stds.max()),
+        kept_std_mean=float(kept_stds.mean()) if len(kept_stds) else 0.0,
+        frac_zero_std=float((stds == 0).float().mean()),
+    )
+    return keep, stats

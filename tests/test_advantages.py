@@ -1,0 +1,91 @@
+"""GAE, GRPO and normalisation against hand-computed cases and a pure-Python oracle."""
+
+import random
+
+import pytest
+import torch
+
+from ragen.advantages import compute_gae, compute_grpo_advantages, masked_mean, normalize_returns, place_rewards, whiten
+
+
+def test_gae_with_gamma_lambda_one_is_return_minus_value():
+    # one trajectory, 4 tokens, return 2.0 on the last token, values 0.5 0.5 1.0 1.5, all masked
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 2.0]])
+    values = torch.tensor([[0.5, 0.5, 1.0, 1.5]])
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    adv, ret = compute_gae(rewards, values, mask, gamma=1.0, lam=1.0)
+    # A_t = R - V_t: 1.5 1.5 1.0 0.5; returns = R everywhere
+    assert torch.allclose(adv, torch.tensor([[1.5, 1.5, 1.0, 0.5]]))
+    assert torch.allclose(ret, torch.full((1, 4), 2.0))
+
+
+def test_gae_by_hand_with_discounting_and_a_masked_token():
+    # gamma 0.5, lam 0.5; token 1 masked (its value counts as 0)
+    rewards = torch.tensor([[0.0, 0.0, 1.0]])
+    values = torch.tensor([[0.2, 9.0, 0.4]])
+    mask = torch.tensor([[True, False, True]])
+    adv, ret = compute_gae(rewards, values, mask, gamma=0.5, lam=0.5)
+    # V = 0.2, 0, 0.4.  t=2: delta = 1 - 0.4 = 0.6, A2 = 0.6
+    # t=1: delta = 0 + 0.5*0.4 - 0 = 0.2, A1 = 0.2 + 0.25*0.6 = 0.35
+    # t=0: delta = 0 + 0.5*0 - 0.2 = -0.2, A0 = -0.2 + 0.25*0.35 = -0.1125
+    assert torch.allclose(adv, torch.tensor([[-0.1125, 0.35, 0.6]]))
+    assert torch.allclose(ret, torch.tensor([[0.0875, 0.35, 1.0]]))
+
+
+def oracle_gae(rewards, values, mask, gamma, lam):
+    values = [v if m else 0.0 for v, m in zip(values, mask)]
+    advantages, last = [0.0] * len(rewards), 0.0
+    for t in reversed(range(len(rewards))):
+        nxt = values[t + 1] if t + 1 < len(rewards) else 0.0
+        last = rewards[t] + gamma * nxt - values[t] + gamma * lam * last
+        advantages[t] = last
+    return advantages
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_gae_matches_the_python_oracle(seed):
+    rng = random.Random(seed)
+    B, T = 3, 9
+    rewards = [[rng.uniform(-1, 1) if rng.random() < 0.3 else 0.0 for _ in range(T)] for _ in range(B)]
+    values = [[rng.uniform(-1, 1) for _ in range(T)] for _ in range(B)]
+    mask = [[rng.random() < 0.7 for _ in range(T)] for _ in range(B)]
+    gamma, lam = rng.uniform(0.8, 1.0), rng.uniform(0.8, 1.0)
+    adv, _ = compute_gae(torch.tensor(rewards), torch.tensor(values), torch.tensor(mask), gamma=gamma, lam=lam)
+    for b in range(B):
+        assert adv[b].tolist() == pytest.approx(oracle_gae(rewards[b], values[b], mask[b], gamma, lam), abs=1e-5)
+
+
+def test_grpo_by_hand():
+    # group 0 returns 1, 2, 3: mean 2, unbiased std 1 -> -1, 0, 1; group 1 all equal -> 0
+    returns = torch.tensor([1.0, 2.0, 3.0, 5.0, 5.0])
+    groups = torch.tensor([0, 0, 0, 1, 1])
+    mask = torch.tensor([[True, True], [True, False], [False, True], [True, True], [True, True]])
+    adv, ret = compute_grpo_advantages(returns, groups, mask)
+    expected = torch.tensor([[-1.0, -1.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    assert torch.allclose(adv, expected, atol=1e-5) and torch.equal(adv, ret)
+
+
+def test_normalize_returns_methods():
+    returns = torch.tensor([0.0, 4.0, 10.0, 10.0])
+    groups = torch.tensor([0, 0, 1, 1])
+    assert torch.equal(normalize_returns(returns, groups, method="identity"), returns)
+    assert torch.allclose(normalize_returns(returns, groups, method="mean"), torch.tensor([-2.0, 2.0, 0.0, 0.0]))
+    # group 0: std of (0, 4) unbiased = 2.828..; (x - 2) / std = -0.7071, 0.7071
+    assert torch.allclose(normalize_returns(returns, groups, method="mean_std"), torch.tensor([-0.7071, 0.7071, 0, 0]), atol=1e-4)
+    wide = torch.tensor([0.0, 0.0, 0.0, 0.0, 100.0])
+    clipped = normalize_returns(wide, torch.zeros(5, dtype=torch.long), method="asym_clip")
+    assert clipped.max() <= 3.0 and clipped.min() >= -1.0
+
+
+def test_whiten_and_masked_mean():
+    x = torch.tensor([[1.0, 2.0, 3.0, 100.0]])
+    mask = torch.tensor([[True, True, True, False]])
+    assert masked_mean(x, mask).item() == pytest.approx(2.0)
+    w = whiten(x, mask)
+    # mean 2, unbiased var 1 -> -1, 0, 1 on the masked entries
+    assert w[0, :3].tolist() == pytest.approx([-1.0, 0.0, 1.0], abs=1e-4)
+
+
+def test_place_rewards_on_last_token():
+    r = place_rewards(torch.tensor([1.5, -0.1]), torch.ones(2, 3, dtype=torch.long))
+    assert torch.allclose(r, torch.tensor([[0.0, 0.0, 1.5], [0.0, 0.0, -0.1]]))

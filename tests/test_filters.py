@@ -1,0 +1,49 @@
+"""Uncertainty filtering: whole groups, unbiased std, ties, reverse mode and DAPO's zero-variance removal."""
+
+import pytest
+import torch
+
+from ragen.filters import filter_groups_by_reward_std
+
+
+def batch(groups_returns):
+    returns = torch.tensor([r for group in groups_returns for r in group])
+    ids = torch.tensor([g for g, group in enumerate(groups_returns) for _ in group])
+    return returns, ids
+
+
+def test_top_quarter_by_unbiased_std():
+    # 8 groups of 2: std of (0, x) unbiased = x / sqrt(2); the two largest spreads are groups 5 and 2
+    returns, ids = batch([[0, 1], [0, 0], [0, 6], [0, 2], [0, 0.5], [0, 9], [1, 1], [0, 3]])
+    keep, stats = filter_groups_by_reward_std(returns, ids, keep_ratio=0.25)
+    assert keep.tolist() == [False] * 4 + [True] * 2 + [False] * 4 + [True] * 2 + [False] * 4
+    assert stats.kept_groups == 2 and stats.kept_frac == pytest.approx(0.25)
+    assert stats.std_mass_kept == pytest.approx((6 + 9) / (1 + 6 + 2 + 0.5 + 9 + 3))
+    assert stats.frac_zero_std == pytest.approx(2 / 8)
+
+
+def test_ties_keep_the_lower_group_id():
+    returns, ids = batch([[0, 1], [0, 1], [0, 1], [0, 0]])
+    keep, _ = filter_groups_by_reward_std(returns, ids, keep_ratio=0.5)
+    assert keep.tolist() == [True, True, True, True, False, False, False, False]
+
+
+def test_keep_ratio_one_keeps_everything_and_rev_keeps_the_calmest():
+    returns, ids = batch([[0, 5], [1, 1], [0, 2], [3, 3]])
+    keep, stats = filter_groups_by_reward_std(returns, ids, keep_ratio=1.0)
+    assert keep.all() and stats.kept_frac == 1.0
+    rev, _ = filter_groups_by_reward_std(returns, ids, keep_ratio=0.5, mode="std_rev")
+    assert rev.tolist() == [False, False, True, True, False, False, True, True]
+
+
+def test_nonzero_mode_drops_zero_variance_groups():
+    returns, ids = batch([[0, 5], [1, 1], [0, 2], [3, 3]])
+    keep, stats = filter_groups_by_reward_std(returns, ids, keep_ratio=0.25, mode="nonzero")
+    assert keep.tolist() == [True, True, False, False, True, True, False, False]
+    assert stats.std_mass_kept == 1.0
+
+
+def test_unknown_mode_is_an_error():
+    returns, ids = batch([[0, 1]])
+    with pytest.raises(ValueError, match="unknown filter mode"):
+        filter_groups_by_reward_std(returns, ids, 0.5, mode="max_mean")
