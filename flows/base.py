@@ -15,15 +15,14 @@ import random
 import time
 from pathlib import Path
 
-import polars as pl
 import torch
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.common import cli_overrides, write_json
+from flows.common import cli_overrides, read_seeds, staged_dir, write_json
 from ragen.config import Config, flatten, load_config, to_dict
 from ragen.policy import Policy
-from ragen.policy.model import build_tiny_model, count_parameters, load_causal_lm, save_model
+from ragen.policy.model import META_FILE, build_tiny_model, count_parameters, load_causal_lm, save_model
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import policy_responder, run_episodes, summarize
@@ -31,13 +30,6 @@ from ragen.tracking import MlflowTracker
 from ragen.warmstart import scripted_responder, train_supervised
 
 LOG_EVERY = 10
-
-
-def read_seeds(envs_dir: Path, tag: str, split: str) -> list[int]:
-    path = envs_dir / tag / f"{split}.parquet"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; run stage envgen first (dvc repro envgen)")
-    return pl.read_parquet(path, columns=["seed"])["seed"].to_list()
 
 
 @task(cache_policy=NO_CACHE)
@@ -147,9 +139,6 @@ def base(params: str = "params.yaml", overrides: list[str] | None = None, envs_d
 
 
 def save_model_meta_only(out_dir: str, meta: dict) -> None:
-    from flows.common import staged_dir
-    from ragen.policy.model import META_FILE
-
     with staged_dir(out_dir) as staging:
         write_json(staging / META_FILE, meta)
 

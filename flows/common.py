@@ -59,3 +59,21 @@ def write_json(path: str | Path, obj: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_seeds(envs_dir: str | Path, tag: str, split: str) -> list[int]:
+    """The seeds of one instance table written by stage envgen."""
+    import polars as pl
+
+    path = Path(envs_dir) / tag / f"{split}.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; run stage envgen first (dvc repro envgen)")
+    return pl.read_parquet(path, columns=["seed"])["seed"].to_list()
+
+
+def read_ceilings(envs_dir: str | Path, tag: str, split: str) -> dict[int, float]:
+    """seed -> the solver's success ceiling, from the envgen tables."""
+    import polars as pl
+
+    table = pl.read_parquet(Path(envs_dir) / tag / f"{split}.parquet", columns=["seed", "success_ceiling"])
+    return dict(zip(table["seed"].to_list(), table["success_ceiling"].to_list()))

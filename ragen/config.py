@@ -83,6 +83,68 @@ class RolloutConfig:
 
 
 @dataclass
+class FilterConfig:
+    """Section `filter`: StarPO-S uncertainty filtering (RAGEN rollout_filter_ratio / type)."""
+
+    keep_ratio: float = 0.25  # keep the top int(keep_ratio * groups) groups by in-group return std; 1 = no filter
+    mode: str = "std"  # std (most uncertain) | std_rev (least) | nonzero (DAPO: drop zero-variance groups)
+
+
+@dataclass
+class CriticConfig:
+    """Section `critic`: the value model (PPO / GAE only) and its warm-up on the base rollouts (stage critic_fit)."""
+
+    lr: float = 0.0001  # AdamW learning rate (RAGEN: 1e-5 for Qwen-0.5B; the tiny model needs more)
+    warmup_epochs: int = 20  # passes over the filtered base rollouts in critic_fit
+    value_clip: float = 0.5  # clip of V around the old value in the value loss
+
+
+@dataclass
+class AlgoConfig:
+    """Section `algo`: StarPO's estimator and loss. Presets: see README (starpo_s, starpo_ppo, starpo_grpo)."""
+
+    advantage: str = "gae"  # gae (PPO with the critic; whitened) | grpo (group-normalised return, no critic)
+    gamma: float = 1.0  # GAE discount
+    lam: float = 1.0  # GAE lambda
+    reward_norm: str = "identity"  # return normalisation within each group: identity | mean | mean_std | asym_clip
+    clip_eps_low: float = 0.2  # ratio clipped below at 1 - eps_low
+    clip_eps_high: float = 0.28  # ratio clipped above at 1 + eps_high (StarPO-S clip-higher; vanilla 0.2)
+    dual_clip: float = 0.0  # dual-clip constant c for negative advantages (RAGEN main: 3); 0 = off
+    entropy_coef: float = 0.001  # entropy bonus coefficient
+    kl: str = "none"  # none | reward_k1 (PPO, paper runs) | loss_k1 (GRPO, paper runs) | loss_k3
+    kl_coef: float = 0.0  # KL coefficient against the frozen base policy (vanilla StarPO: 0.001)
+    aggregation: str = "token-mean"  # token-mean | seq-mean-token-mean
+    loss_mask: str = "assistant"  # assistant (sampled tokens) | all (every post-system token, as the paper's runs)
+    reward_placement: str = "last"  # last (return on the last token) | turn (each turn's reward at its end)
+
+
+@dataclass
+class TrainConfig:
+    """Section `train`: the online StarPO loop (stage update)."""
+
+    env: str = "bandit"  # env tag to train on
+    steps: int = 40  # policy updates (RAGEN: 200)
+    groups: int = 8  # P: env groups per step (distinct initial states)
+    group_size: int = 16  # N: rollouts per group (same seed: same start and env randomness)
+    lr: float = 0.0001  # actor AdamW learning rate (RAGEN: 1e-6 for Qwen-0.5B; the tiny model needs more)
+    weight_decay: float = 0.01  # AdamW weight decay, actor and critic
+    grad_clip: float = 1.0  # gradient-norm clip
+    mini_batch_size: int = 32  # trajectories per optimizer step (RAGEN ppo_mini_batch_size)
+    eval_every: int = 10  # steps between val evaluations (and before training)
+    eval_episodes: int = 64  # val instances per evaluation
+    checkpoint_every: int = 5  # steps between resumable checkpoints
+    seed: int = 0  # sampling seed
+
+
+@dataclass
+class EvalConfig:
+    """Section `eval`: stage evaluate and the val checks during training."""
+
+    temperature: float = 0.5  # RAGEN's validation temperature
+    episodes: int = 128  # instances per split (at most the split's size)
+
+
+@dataclass
 class TrackingConfig:
     """Section `tracking`: where MLflow runs go. Not a DVC param: changing it reruns nothing."""
 
@@ -96,6 +158,11 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     base: BaseConfig = field(default_factory=BaseConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 
@@ -115,6 +182,12 @@ def load_config(path: str | Path | None = "params.yaml", overrides: Sequence[str
             layers.append(OmegaConf.load(path))
         except Exception as error:  # yaml syntax errors come in several types
             raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    from ragen.presets import expand_presets
+
+    try:
+        overrides = expand_presets(list(overrides))
+    except KeyError as error:
+        raise ConfigError(str(error.args[0])) from None
     try:
         layers.append(OmegaConf.from_dotlist(list(overrides)))
         merged = OmegaConf.merge(*layers)
@@ -165,7 +238,16 @@ def validate(config: Config) -> None:
         if seed < 0:
             raise ConfigError(f"envs.{split}_seed must be non-negative, got {seed}")
         ranges[split] = (seed, seed + size)
+    a = config.algo
     choices = {"model.source": (config.model.source, ("tiny", "hf")), "base.mode": (config.base.mode, ("warm", "sft")),
+               "filter.mode": (config.filter.mode, ("std", "std_rev", "nonzero")),
+               "algo.advantage": (a.advantage, ("gae", "grpo")),
+               "algo.reward_norm": (a.reward_norm, ("identity", "mean", "mean_std", "asym_clip")),
+               "algo.kl": (a.kl, ("none", "reward_k1", "loss_k1", "loss_k3")),
+               "algo.aggregation": (a.aggregation, ("token-mean", "seq-mean-token-mean")),
+               "algo.loss_mask": (a.loss_mask, ("assistant", "all")),
+               "algo.reward_placement": (a.reward_placement, ("last", "turn")),
+               "train.env": (config.train.env, tuple(ENVS)),
                "model.device": (config.model.device, ("auto", "cpu", "cuda")),
                "model.dtype": (config.model.dtype, ("auto", "float32", "bfloat16", "float16"))}
     for key, (value, allowed) in choices.items():
@@ -175,6 +257,10 @@ def validate(config: Config) -> None:
         raise ConfigError("model.path: empty; model.source hf needs a local checkpoint directory")
     if config.model.hidden_size % config.model.num_heads or config.model.num_heads % config.model.num_kv_heads:
         raise ConfigError("model: hidden_size must be divisible by num_heads, and num_heads by num_kv_heads")
+    if not 0.0 < config.filter.keep_ratio <= 1.0:
+        raise ConfigError(f"filter.keep_ratio must be in (0, 1], got {config.filter.keep_ratio}")
+    if config.train.groups * config.train.group_size < 2 or config.train.group_size < 1:
+        raise ConfigError("train: need groups * group_size >= 2 trajectories per step")
     if not 0.0 < config.rollout.top_p <= 1.0 or config.rollout.temperature < 0 or config.rollout.top_k < 0:
         raise ConfigError("rollout: need 0 < top_p <= 1, temperature >= 0 and top_k >= 0")
     splits = list(ranges)

@@ -85,6 +85,6 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, loss_mask: t
     """1 - Var[G - V] / Var[G] over masked tokens (1 is a perfect critic, 0 no better than a constant)."""
     mask = loss_mask.bool()
     v, g = values[mask].float(), returns[mask].float()
-    if g.numel() < 2 or g.var() == 0:
+    if g.numel() < 2 or g.var() < 1e-8:  # constant returns: nothing to explain
         return float("nan")
     return float(1 - (g - v).var() / g.var())

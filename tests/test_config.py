@@ -26,7 +26,7 @@ def write(tmp_path, text):
     "text, message",
     [
         ("envs:\n  trian_size: 3\n", "unknown key 'envs.trian_size'; known keys under 'envs': tags, train_size"),
-        ("env:\n  train_size: 3\n", "unknown key 'env'; known keys at the top level: envs, tracking"),
+        ("env:\n  train_size: 3\n", "unknown key 'env'; known keys at the top level: envs, model, base, rollout, filter"),
         ("envs:\n  train_size: many\n", "bad value for 'envs.train_size'"),
         ("envs:\n  tags: [sokoban, sokobn]\n", "unknown env tag"),
         ("envs:\n  val_size: 0\n", "envs.val_size must be positive"),
@@ -55,3 +55,14 @@ def test_missing_file_is_clear(tmp_path):
 def test_flatten_for_mlflow_params():
     flat = flatten(to_dict(load_config(None)))
     assert flat["envs.val_seed"] == 123 and flat["tracking.experiment"] == "ragen"
+
+
+def test_presets_expand_and_later_overrides_win():
+    cfg = load_config(ROOT / "params.yaml", ["preset=starpo_grpo"])
+    assert (cfg.algo.advantage, cfg.filter.keep_ratio, cfg.algo.clip_eps_high, cfg.algo.kl, cfg.algo.kl_coef) == (
+        "grpo", 1.0, 0.2, "loss_k1", 0.001)
+    assert load_config(ROOT / "params.yaml", ["preset=starpo_ppo", "filter.keep_ratio=0.5"]).filter.keep_ratio == 0.5
+    s = load_config(ROOT / "params.yaml", ["preset=starpo_s"])
+    assert (s.algo.advantage, s.filter.keep_ratio, s.algo.clip_eps_high, s.algo.kl) == ("gae", 0.25, 0.28, "none")
+    with pytest.raises(ConfigError, match="unknown preset 'starpo_x'"):
+        load_config(ROOT / "params.yaml", ["preset=starpo_x"])

@@ -124,7 +124,11 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
 
 def build_critic(policy: PreTrainedModel) -> PreTrainedModel:
     """A value model: the policy's backbone weights (copied) plus a zero-initialised scalar head."""
-    config = policy.config.__class__.from_dict({**policy.config.to_dict(), "num_labels": 1})
+    # no dropout before the value head (transformers' token-classification default is 0.1): it would make the
+    # critic random in train mode and runs irreproducible
+    config = policy.config.__class__.from_dict(
+        {**policy.config.to_dict(), "num_labels": 1, "id2label": {0: "value"}, "label2id": {"value": 0},
+         "classifier_dropout": 0.0})
     with torch.random.fork_rng(devices=[]):
         critic = AutoModelForTokenClassification.from_config(config, dtype=policy.dtype)
     backbone = getattr(critic, critic.base_model_prefix)

@@ -36,6 +36,20 @@ base:
   eval_episodes: 2
 rollout:
   max_new_tokens: 12
+filter:
+  keep_ratio: 0.5
+critic:
+  warmup_epochs: 2
+train:
+  env: frozen_lake
+  steps: 2
+  groups: 2
+  group_size: 2
+  eval_every: 2
+  eval_episodes: 2
+  mini_batch_size: 4
+eval:
+  episodes: 2
 tracking:
   uri: ""
   experiment: ragen
@@ -69,8 +83,9 @@ def repo(tmp_path):
 def test_dvc_repro_then_nothing_to_do(repo):
     path, env = repo
     out = run(["dvc", "repro"], path, env)
-    assert "Running stage 'envgen'" in out and "Running stage 'base'" in out
-    assert (path / "models/base/model.safetensors").exists()
+    for stage in ("envgen", "base", "rollout", "filter", "critic_fit", "update", "evaluate"):
+        assert f"Running stage '{stage}'" in out
+    assert (path / "models/base/model.safetensors").exists() and (path / "models/policy/model.safetensors").exists()
     for tag in ("sokoban", "frozen_lake", "countdown"):
         assert pl.read_parquet(path / "data/envs" / tag / "val.parquet").height == 4
     assert "up to date" in run(["dvc", "status"], path, env)
@@ -78,17 +93,20 @@ def test_dvc_repro_then_nothing_to_do(repo):
 
     # forced rerun: byte-identical outputs (tables and model weights), so dvc.lock does not change
     lock = (path / "dvc.lock").read_text()
-    assert "Running stage 'base'" in run(["dvc", "repro", "-f"], path, env)
+    assert "Running stage 'update'" in run(["dvc", "repro", "-f"], path, env)
     assert (path / "dvc.lock").read_text() == lock
 
     client = MlflowClient(tracking_uri=f"sqlite:///{path / 'mlruns/mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("ragen").experiment_id])
-    assert sorted(r.data.tags["dvc.stage"] for r in runs) == ["base", "base", "envgen", "envgen"]
+    assert sorted(r.data.tags["dvc.stage"] for r in runs).count("update") == 2
 
-    # a changed base param reruns base only; a changed envs param reruns envgen and what follows
-    (path / "params.yaml").write_text(SMALL_PARAMS.replace("steps: 3", "steps: 2"))
+    # a changed filter.keep_ratio reruns filter and what follows, nothing before it
+    (path / "params.yaml").write_text(SMALL_PARAMS.replace("keep_ratio: 0.5", "keep_ratio: 1.0"))
     out = run(["dvc", "repro"], path, env)
-    assert "Stage 'envgen' didn't change, skipping" in out and "Running stage 'base'" in out
+    for stage in ("envgen", "base"):
+        assert f"Stage '{stage}' didn't change, skipping" in out
+    for stage in ("filter", "critic_fit", "update", "evaluate"):
+        assert f"Running stage '{stage}'" in out
     (path / "params.yaml").write_text(SMALL_PARAMS.replace("val_size: 4", "val_size: 5"))
     out = run(["dvc", "repro"], path, env)
     assert "Running stage 'envgen'" in out and "Running stage 'base'" in out

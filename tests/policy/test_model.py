@@ -45,6 +45,8 @@ def test_critic_starts_from_the_policy_with_zero_values(policy, tmp_path):
     ids = torch.tensor([[5, 6, 7, 8]])
     values = token_values(critic, ids, torch.ones_like(ids))
     assert values.shape == (1, 4) and torch.all(values == 0)
+    critic.train()  # no dropout: the value of a sequence does not depend on the mode
+    assert torch.equal(token_values(critic, ids, torch.ones_like(ids)), values)
     critic.score.weight.data.fill_(0.01)  # its own weights: the policy is untouched
     assert torch.equal(policy.model.model.embed_tokens.weight, critic.model.embed_tokens.weight)
     save_model(critic, tmp_path / "critic")

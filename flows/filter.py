@@ -1,0 +1,35 @@
+"""Stage filter: StarPO-S uncertainty filtering of the base rollouts -> data/rollouts/filtered.parquet.
+
+Run: `python -m flows.filter [key=value ...]`.
+"""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from flows.common import cli_overrides, write_json
+from ragen.config import flatten, load_config, to_dict
+from ragen.tracking import MlflowTracker
+from ragen.train import select
+from ragen.trajectory_io import read_trajectories, write_trajectories
+
+
+@flow(name="filter")
+def filter_rollouts(params: str = "params.yaml", overrides: list[str] | None = None,
+                    rollouts: str = "data/rollouts/base.parquet", out: str = "data/rollouts/filtered.parquet",
+                    metrics_path: str = "metrics/filter.json") -> dict[str, float]:
+    cfg = load_config(params, overrides or [])
+    trajectories = read_trajectories(rollouts)
+    with MlflowTracker(cfg.tracking, stage="filter", params=flatten(to_dict(cfg)),
+                       tags={"ragen.env": cfg.train.env}) as tracker:
+        kept, _, metrics = select(cfg, trajectories)
+        write_trajectories(out, kept)
+        tracker.log_metrics(metrics)
+        write_json(metrics_path, metrics)
+        print(f"filter | kept {len(kept)}/{len(trajectories)} trajectories | reward-std mass kept "
+              f"{metrics['filter/std_mass_kept']:.3f}")
+    return metrics
+
+
+if __name__ == "__main__":
+    filter_rollouts(overrides=cli_overrides())

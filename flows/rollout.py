@@ -1,0 +1,44 @@
+"""Stage rollout: P groups x N rollouts of the base policy on the train env -> data/rollouts/base.parquet.
+
+Run: `python -m flows.rollout [key=value ...]`.
+"""
+
+from __future__ import annotations
+
+import torch
+from prefect import flow
+
+from flows.common import cli_overrides, read_seeds, write_json
+from ragen.config import flatten, load_config, to_dict
+from ragen.policy import load_policy
+from ragen.tracking import MlflowTracker
+from ragen.filters import group_stds
+from ragen.train import collect
+from ragen.rollout import summarize
+from ragen.trajectory_io import write_trajectories
+
+
+@flow(name="rollout")
+def rollout(params: str = "params.yaml", overrides: list[str] | None = None, envs_dir: str = "data/envs",
+            base_dir: str = "models/base", out: str = "data/rollouts/base.parquet",
+            metrics_path: str = "metrics/rollout.json") -> dict[str, float]:
+    cfg = load_config(params, overrides or [])
+    pool = read_seeds(envs_dir, cfg.train.env, "train")
+    with MlflowTracker(cfg.tracking, stage="rollout", params=flatten(to_dict(cfg)),
+                       tags={"ragen.env": cfg.train.env}) as tracker:
+        policy = load_policy(base_dir, device=cfg.model.device, dtype=cfg.model.dtype)
+        trajectories = collect(cfg, policy, pool, step=0)
+        _, stds = group_stds(torch.tensor([t.traj_return for t in trajectories]),
+                             torch.tensor([t.group_id for t in trajectories]))
+        metrics = {f"rollout/{k}": v for k, v in summarize(trajectories).items()}
+        metrics |= {"rollout/in_group_std_mean": float(stds.mean()), "rollout/in_group_std_max": float(stds.max())}
+        write_trajectories(out, trajectories)
+        tracker.log_metrics(metrics)
+        write_json(metrics_path, metrics)
+        print(f"rollout | {cfg.train.env} | {len(trajectories)} trajectories | success "
+              f"{metrics['rollout/success_rate']:.3f} | return {metrics['rollout/return_mean']:.3f}")
+    return metrics
+
+
+if __name__ == "__main__":
+    rollout(overrides=cli_overrides())

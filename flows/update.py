@@ -1,0 +1,148 @@
+"""Stage update: the online StarPO(-S) loop for `train.steps` steps (RAGEN section 1.1).
+
+Step 1 updates on the filtered base rollouts (stage filter); every later step rolls out, filters and updates in
+process (ragen.train.train_step). Validation success at the eval temperature every `train.eval_every` steps and
+before training. Every step logs RAGEN's metric families to MLflow; a checkpoint every `train.checkpoint_every`
+steps lets a killed run resume and end exactly where an uninterrupted one would.
+
+Writes models/policy/, models/critic/, metrics/train.json and metrics/train_steps.csv (for `dvc plots`).
+Run: `python -m flows.update [key=value ...]`.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from prefect import flow
+
+from flows.common import cli_overrides, read_seeds, staged_dir, write_json
+from ragen.checkpoint import load_checkpoint, save_checkpoint
+from ragen.config import Config, flatten, load_config, to_dict
+from ragen.evaluation import evaluate_policy
+from ragen.policy import load_policy
+from ragen.policy.model import META_FILE, load_critic, read_meta, save_model
+from ragen.tracking import MlflowTracker
+from ragen.train import Learner, train_step
+from ragen.trajectory_io import read_trajectories
+
+PLOT_KEYS = ["step", "val_success", "rollout/success_rate", "rollout/return_mean", "rollout/in_group_std_mean",
+             "actor/entropy", "actor/grad_norm", "actor/pg_loss", "critic/value_loss"]
+
+
+def make_learner(cfg: Config, base_dir: str, critic_dir: str) -> Learner:
+    policy = load_policy(base_dir, device=cfg.model.device, dtype=cfg.model.dtype)
+    critic = None
+    if cfg.algo.advantage == "gae":
+        if read_meta(critic_dir).get("critic") != "warm":
+            raise FileNotFoundError(f"{critic_dir} holds no warmed critic; run stage critic_fit with algo.advantage gae")
+        critic = load_critic(critic_dir, device=cfg.model.device, dtype=cfg.model.dtype)
+    ref = load_policy(base_dir, device=cfg.model.device, dtype=cfg.model.dtype).model if cfg.algo.kl != "none" else None
+    actor_opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+    critic_opt = (torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr, weight_decay=cfg.train.weight_decay)
+                  if critic is not None else None)
+    return Learner(policy, critic, ref, actor_opt, critic_opt)
+
+
+def config_digest(cfg: Config) -> str:
+    relevant = {k: v for k, v in to_dict(cfg).items() if k != "tracking"}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def checkpoint_parts(learner: Learner) -> tuple[dict, dict]:
+    models = {"policy": learner.policy.model} | ({"critic": learner.critic} if learner.critic is not None else {})
+    optimizers = {"actor": learner.actor_opt} | ({"critic": learner.critic_opt} if learner.critic_opt else {})
+    return models, optimizers
+
+
+@flow(name="update")
+def update_policy(params: str = "params.yaml", overrides: list[str] | None = None, envs_dir: str = "data/envs",
+                  base_dir: str = "models/base", critic_dir: str = "models/critic_warm",
+                  rollouts: str = "data/rollouts/filtered.parquet", policy_dir: str = "models/policy",
+                  critic_out: str = "models/critic", metrics_path: str = "metrics/train.json",
+                  steps_csv: str = "metrics/train_steps.csv", checkpoint_dir: str = "checkpoints/update",
+                  stop_after: int | None = None) -> dict[str, float]:
+    """`stop_after` ends the run after that many steps as if killed (for resume tests)."""
+    cfg = load_config(params, overrides or [])
+    pool = read_seeds(envs_dir, cfg.train.env, "train")
+    val_seeds = read_seeds(envs_dir, cfg.train.env, "val")[: cfg.train.eval_episodes]
+    first_batch = read_trajectories(rollouts)
+    learner = make_learner(cfg, base_dir, critic_dir)
+    digest, history, start_step = config_digest(cfg), [], 0
+    ckpt = Path(checkpoint_dir)
+    models, optimizers = checkpoint_parts(learner)
+    if (ckpt / "meta.json").exists() and json.loads((ckpt / "meta.json").read_text()).get("digest") == digest:
+        meta = load_checkpoint(ckpt, models=models, optimizers=optimizers)
+        start_step, history = meta["step"], meta["history"]
+        print(f"update | resuming from the checkpoint after step {start_step}")
+    tags = {"ragen.env": cfg.train.env, "ragen.algo": cfg.algo.advantage, "ragen.keep_ratio": str(cfg.filter.keep_ratio),
+            "ragen.seed": str(cfg.train.seed)}
+    with MlflowTracker(cfg.tracking, stage="update", params=flatten(to_dict(cfg)), tags=tags) as tracker:
+        tracker.log_dict(to_dict(cfg), "config.yaml")
+        for row in history:  # a resumed run carries the earlier steps' metrics
+            tracker.log_metrics({k: v for k, v in row.items() if k != "step"}, step=int(row["step"]))
+        begin = time.perf_counter()
+        for step in range(start_step, cfg.train.steps):
+            metrics = {}
+            if step % cfg.train.eval_every == 0:
+                summary, _ = evaluate_policy(learner.policy, cfg.train.env, val_seeds, cfg.rollout,
+                                             temperature=cfg.eval.temperature, seed=cfg.train.seed)
+                metrics[f"val/{cfg.train.env}/success"] = summary["success_rate"]
+            metrics |= train_step(cfg, learner, pool, step, first_batch=first_batch if step == 0 else None)
+            tracker.log_metrics(metrics, step=step)
+            history.append({"step": step, **metrics})
+            elapsed = time.perf_counter() - begin
+            eta = elapsed / (step + 1 - start_step) * (cfg.train.steps - step - 1)
+            val = metrics.get(f"val/{cfg.train.env}/success")
+            print(f"update | step {step + 1}/{cfg.train.steps} | rollout/success {metrics['rollout/success_rate']:.3f}"
+                  f" | filter/kept {metrics['filter/kept_frac']:.2f} | actor/entropy {metrics['actor/entropy']:.3f}"
+                  + (f" | val/success {val:.3f}" if val is not None else "") + f" | eta {eta:.0f}s")
+            if (step + 1) % cfg.train.checkpoint_every == 0 and step + 1 < cfg.train.steps:
+                save_checkpoint(ckpt, models=models, optimizers=optimizers,
+                                meta={"step": step + 1, "digest": digest, "history": history})
+            if stop_after is not None and step + 1 - start_step >= stop_after:
+                return {}
+        summary, _ = evaluate_policy(learner.policy, cfg.train.env, val_seeds, cfg.rollout,
+                                     temperature=cfg.eval.temperature, seed=cfg.train.seed)
+        final = {f"val/{cfg.train.env}/success": summary["success_rate"], "train/steps": cfg.train.steps}
+        online = history[1:] or history  # step 0 trains on the stage-filter batch and rolls nothing out
+        for key in ("timing/rollout_s", "timing/score_s", "timing/update_s", "perf/rollout_tokens_per_s",
+                    "perf/update_tokens_per_s"):
+            final[f"{key}_mean"] = sum(row[key] for row in online) / len(online)
+        tracker.log_metrics({f"val/{cfg.train.env}/success": summary["success_rate"]}, step=cfg.train.steps)
+        save_model(learner.policy.model, policy_dir, tokenizer=learner.policy.tokenizer,
+                   meta={"source": "tiny" if read_meta(base_dir).get("source") == "tiny" else "trained",
+                         "env": cfg.train.env, "steps": cfg.train.steps})
+        if learner.critic is not None:
+            save_model(learner.critic, critic_out, meta={"critic": "trained"})
+        else:
+            with staged_dir(critic_out) as staging:
+                write_json(staging / META_FILE, {"critic": "none"})
+        # the DVC metrics file holds deterministic content only; timings are returned and live in MLflow
+        write_json(metrics_path, {k: v for k, v in final.items() if not k.startswith(("timing/", "perf/"))})
+        write_steps_csv(steps_csv, history, cfg.train.env)
+        shutil.rmtree(ckpt, ignore_errors=True)
+        print(f"update | done | val/{cfg.train.env}/success {summary['success_rate']:.3f}")
+    return final
+
+
+def write_steps_csv(path: str, history: list[dict], env: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(path).with_suffix(".tmp")
+    last_val = ""
+    with open(tmp, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(PLOT_KEYS)
+        for row in history:
+            last_val = row.get(f"val/{env}/success", last_val)
+            writer.writerow([row["step"], last_val] + [row.get(k, "") for k in PLOT_KEYS[2:]])
+    tmp.replace(path)
+
+
+if __name__ == "__main__":
+    update_policy(overrides=cli_overrides())

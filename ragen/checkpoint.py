@@ -1,0 +1,67 @@
+"""Resumable training checkpoints: model weights and optimizer state as safetensors, scalars as json.
+
+Nothing is pickled: an AdamW state is a dict of tensors per parameter plus json-able param groups, so it is
+flattened to "state.<param index>.<name>" tensors in one safetensors file. Writes go to a temp dir that replaces
+the checkpoint at once, so a kill during a save leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    state = optimizer.state_dict()
+    tensors = {f"state.{index}.{name}": value.detach().contiguous().clone()
+               for index, entries in state["state"].items() for name, value in entries.items()}
+    return tensors, {"param_groups": state["param_groups"]}
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        _, index, name = key.split(".", 2)
+        state.setdefault(int(index), {})[name] = value
+    groups = [{k: tuple(v) if k == "betas" else v for k, v in group.items()} for group in meta["param_groups"]]
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def save_checkpoint(path: str | Path, *, models: dict[str, torch.nn.Module],
+                    optimizers: dict[str, torch.optim.Optimizer], meta: dict[str, Any]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        groups = {}
+        for name, model in models.items():
+            save_model(model, str(staging / f"{name}.safetensors"))  # handles tied embeddings
+        for name, optimizer in optimizers.items():
+            tensors, groups[name] = optimizer_tensors(optimizer)
+            save_file(tensors, staging / f"{name}.optimizer.safetensors")
+        (staging / "meta.json").write_text(json.dumps({**meta, "optimizers": groups}, indent=2, sort_keys=True))
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def load_checkpoint(path: str | Path, *, models: dict[str, torch.nn.Module],
+                    optimizers: dict[str, torch.optim.Optimizer]) -> dict[str, Any]:
+    """Restore models and optimizers in place; returns the saved meta (e.g. the step)."""
+    path = Path(path)
+    meta = json.loads((path / "meta.json").read_text())
+    for name, model in models.items():
+        load_model(model, str(path / f"{name}.safetensors"))
+    for name, optimizer in optimizers.items():
+        load_optimizer(optimizer, load_file(path / f"{name}.optimizer.safetensors"), meta["optimizers"][name])
+    return meta

@@ -1,0 +1,32 @@
+"""The paper's algorithm presets as `key=value` overrides (RAGEN train_all.sh; ragen-reference section 1.8).
+
+- starpo_s: PPO with the critic, keep the top 25% groups by reward std, clip-higher (0.2 / 0.28), no KL.
+- starpo_ppo: vanilla StarPO with PPO: no filtering, symmetric clip 0.2, KL in the reward (k1, 0.001).
+- starpo_grpo: vanilla StarPO with GRPO: group-normalised returns, no critic, no filtering, clip 0.2,
+  KL as a loss (k1, 0.001).
+Use one with `preset=NAME` wherever overrides are accepted (`python -m flows.update preset=starpo_grpo`), or
+pass its keys to `dvc exp run -S`. Later overrides win, so every knob can still be set on its own.
+"""
+
+PRESETS: dict[str, list[str]] = {
+    "starpo_s": ["algo.advantage=gae", "algo.reward_norm=identity", "filter.keep_ratio=0.25",
+                 "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.28", "algo.kl=none", "algo.kl_coef=0.0"],
+    "starpo_ppo": ["algo.advantage=gae", "algo.reward_norm=identity", "filter.keep_ratio=1.0",
+                   "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.2", "algo.kl=reward_k1", "algo.kl_coef=0.001"],
+    "starpo_grpo": ["algo.advantage=grpo", "algo.reward_norm=mean_std", "filter.keep_ratio=1.0",
+                    "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.2", "algo.kl=loss_k1", "algo.kl_coef=0.001"],
+}
+
+
+def expand_presets(overrides: list[str]) -> list[str]:
+    """Replace each `preset=NAME` with the preset's overrides, in place (so later overrides still win)."""
+    out = []
+    for item in overrides:
+        if item.startswith("preset="):
+            name = item.split("=", 1)[1]
+            if name not in PRESETS:
+                raise KeyError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}")
+            out += PRESETS[name]
+        else:
+            out.append(item)
+    return out

@@ -1,0 +1,117 @@
+"""The online StarPO / StarPO-S loop, one step at a time (RAGEN section 1.1).
+
+Each step:
+  1. roll out P groups x N rollouts of the train env; group g of step k starts from train-pool seed
+     pool[(k * P + g) % len(pool)], shared by its N rollouts (common random numbers);
+  2. returns = env rewards + format penalties, normalised within groups (algo.reward_norm);
+  3. keep whole groups by in-group return std (filter.keep_ratio; 1 keeps all: vanilla StarPO);
+  4. batch the kept trajectories; KL in the reward if algo.kl = reward_k1;
+  5. critic and actor updates (ragen.update).
+Sampling at step k uses a generator seeded by (train.seed, k), so a run resumed from a checkpoint at step k
+replays exactly what an uninterrupted run would have done.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+from ragen.advantages import normalize_returns
+from ragen.batching import RolloutBatch, build_batch
+from ragen.config import Config
+from ragen.filters import filter_groups_by_reward_std
+from ragen.policy import Policy
+from ragen.policy.scoring import score_sequences
+from ragen.records import EpisodeSpec, Trajectory
+from ragen.rollout import policy_responder, run_episodes, summarize
+from ragen.update import UpdateSettings, update
+
+
+@dataclass
+class Learner:
+    """Everything a step changes or reads: the policy, the critic (GAE only), the frozen reference, optimizers."""
+
+    policy: Policy
+    critic: PreTrainedModel | None
+    ref: PreTrainedModel | None
+    actor_opt: torch.optim.Optimizer
+    critic_opt: torch.optim.Optimizer | None
+
+
+def update_settings(cfg: Config) -> UpdateSettings:
+    a = cfg.algo
+    return UpdateSettings(
+        advantage=a.advantage, gamma=a.gamma, lam=a.lam, eps_low=a.clip_eps_low, eps_high=a.clip_eps_high,
+        dual_clip=a.dual_clip or None, entropy_coef=a.entropy_coef,
+        kl_loss={"loss_k1": "k1", "loss_k3": "k3"}.get(a.kl), kl_coef=a.kl_coef, value_clip=cfg.critic.value_clip,
+        aggregation=a.aggregation, mini_batch_size=cfg.train.mini_batch_size, grad_clip=cfg.train.grad_clip)
+
+
+def step_specs(cfg: Config, pool: Sequence[int], step: int) -> list[EpisodeSpec]:
+    P, N = cfg.train.groups, cfg.train.group_size
+    return [EpisodeSpec(cfg.train.env, pool[(step * P + g) % len(pool)], g) for g in range(P) for _ in range(N)]
+
+
+def collect(cfg: Config, policy: Policy, pool: Sequence[int], step: int) -> list[Trajectory]:
+    generator = torch.Generator().manual_seed(cfg.train.seed * 1_000_003 + step)
+    return run_episodes(step_specs(cfg, pool, step), policy_responder(policy, cfg.rollout, generator=generator),
+                        policy.renderer(cfg.rollout.enable_think), cfg.rollout,
+                        max_positions=policy.model.config.max_position_embeddings)
+
+
+def select(cfg: Config, trajectories: Sequence[Trajectory]) -> tuple[list[Trajectory], torch.Tensor, dict[str, float]]:
+    """Normalise returns and filter groups -> kept trajectories, their (normalised) returns, filter metrics."""
+    returns = torch.tensor([t.traj_return for t in trajectories])  # (B,)
+    group_ids = torch.tensor([t.group_id for t in trajectories])  # (B,)
+    scores = normalize_returns(returns, group_ids, method=cfg.algo.reward_norm)  # (B,)
+    keep, stats = filter_groups_by_reward_std(scores, group_ids, cfg.filter.keep_ratio, cfg.filter.mode)
+    kept = [t for t, k in zip(trajectories, keep.tolist()) if k]
+    return kept, scores[keep], {f"filter/{k}": v for k, v in stats.as_metrics().items()}
+
+
+def make_batch(cfg: Config, learner: Learner, kept: Sequence[Trajectory], scores: torch.Tensor) -> tuple[RolloutBatch, torch.Tensor | None]:
+    """Padded tensors with the (normalised) return on the last token; KL folded into the reward if asked."""
+    policy = learner.policy
+    batch = build_batch(kept, pad_id=policy.tokenizer.pad_token_id, device=policy.model.device,
+                        loss_mask=cfg.algo.loss_mask, reward_placement=cfg.algo.reward_placement)
+    if cfg.algo.reward_placement == "last":
+        rewards = batch.token_rewards.clone()
+        rewards[:, -1] = scores.to(rewards.device)
+        batch = replace(batch, token_rewards=rewards, traj_returns=scores.to(rewards.device))
+    ref_logprobs = None
+    if cfg.algo.kl != "none" and learner.ref is not None:
+        ref_logprobs, _ = score_sequences(learner.ref, batch.input_ids, batch.attention_mask, with_entropy=False)
+        if cfg.algo.kl == "reward_k1":  # V0423 semantics for PPO: r_t <- r_t - beta * (logp_old - logp_ref)
+            old, _ = score_sequences(policy.model, batch.input_ids, batch.attention_mask, with_entropy=False)
+            kl = (old - ref_logprobs) * batch.loss_mask
+            batch = replace(batch, token_rewards=batch.token_rewards - cfg.algo.kl_coef * kl)
+    return batch, ref_logprobs
+
+
+def train_step(cfg: Config, learner: Learner, pool: Sequence[int], step: int,
+               first_batch: Sequence[Trajectory] | None = None) -> dict[str, float]:
+    """One full step; `first_batch` replaces the rollout (stage update's step 1 uses the filtered base rollouts)."""
+    start = time.perf_counter()
+    trajectories = list(first_batch) if first_batch is not None else collect(cfg, learner.policy, pool, step)
+    rollout_s = time.perf_counter() - start
+    kept, scores, metrics = select(cfg, trajectories)
+    start = time.perf_counter()
+    batch, ref_logprobs = make_batch(cfg, learner, kept, scores)
+    score_s = time.perf_counter() - start
+    start = time.perf_counter()
+    stats = update(learner.policy.model, learner.critic, learner.actor_opt, learner.critic_opt, batch,
+                   update_settings(cfg), ref_logprobs=ref_logprobs)
+    update_s = time.perf_counter() - start
+    sampled_tokens = sum(len(turn.response_ids) for t in trajectories for turn in t.turns)
+    trained_tokens = int(batch.attention_mask.sum())
+    metrics |= {f"rollout/{k}": v for k, v in summarize(trajectories).items()}
+    metrics |= {"rollout/in_group_std_mean": metrics["filter/group_std_mean"],
+                "rollout/in_group_std_max": metrics["filter/group_std_max"]}
+    metrics |= stats | {"timing/rollout_s": rollout_s, "timing/score_s": score_s, "timing/update_s": update_s,
+                        "perf/rollout_tokens_per_s": sampled_tokens / max(rollout_s, 1e-9),
+                        "perf/update_tokens_per_s": trained_tokens / max(update_s, 1e-9)}
+    return metrics

@@ -1,0 +1,57 @@
+"""Trajectories <-> parquet (polars), one row per trajectory with its turns as a list of structs."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import polars as pl
+
+from ragen.records import Trajectory, Turn
+
+TRAJ_FIELDS = [f.name for f in dataclasses.fields(Trajectory)]
+
+
+def to_frame(trajectories: Sequence[Trajectory]) -> pl.DataFrame:
+    rows = []
+    for traj in trajectories:
+        row = {name: getattr(traj, name) for name in TRAJ_FIELDS if name != "turns"}
+        row = {k: list(v) if isinstance(v, tuple) else v for k, v in row.items()}
+        row["turns"] = [{k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(t).items()}
+                        for t in traj.turns]
+        row["traj_return"] = traj.traj_return
+        rows.append(row)
+    return pl.DataFrame(rows)
+
+
+def from_frame(frame: pl.DataFrame) -> list[Trajectory]:
+    out = []
+    for row in frame.iter_rows(named=True):
+        turns = tuple(Turn(**{k: tuple(v) if isinstance(v, list) else v for k, v in t.items()}) for t in row["turns"])
+        fields = {k: tuple(row[k]) if isinstance(row[k], list) else row[k] for k in TRAJ_FIELDS if k != "turns"}
+        out.append(Trajectory(turns=turns, **fields))
+    return out
+
+
+def write_trajectories(path: str | Path, trajectories: Sequence[Trajectory]) -> None:
+    """Atomic parquet write (temp file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        to_frame(trajectories).write_parquet(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_trajectories(path: str | Path) -> list[Trajectory]:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; run the stage that writes it first (dvc repro)")
+    return from_frame(pl.read_parquet(path))

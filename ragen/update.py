@@ -1,0 +1,128 @@
+"""One StarPO optimisation step over a batch of (filtered) trajectories: critic, then actor (RAGEN section 1.7).
+
+    advantages: GAE with the critic (PPO; whitened over masked tokens) or group-normalised returns (GRPO)
+    actor loss: ppo_clip_loss(decoupled eps_low / eps_high) - entropy_coef * H  [+ kl_coef * KL(pi || pi_ref)]
+    critic loss: value_loss with value clip
+Mini-batches of `mini_batch_size` trajectories, one optimizer step each (RAGEN: 32 trajectories, 1 epoch);
+gradients clipped to `grad_clip`; a non-finite gradient norm skips the optimizer step and is counted.
+Old log-probs are re-scored by the policy before its first step, as in RAGEN, but on the very token ids that were
+sampled (RAGEN re-tokenises text); `actor/sampler_logprob_gap` reports the largest difference from the sampler's
+own log-probs on sampled tokens, which stays at float error when rollout and training agree on tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from transformers import PreTrainedModel
+
+from ragen.advantages import compute_gae, compute_grpo_advantages, masked_mean, whiten
+from ragen.batching import RolloutBatch
+from ragen.losses import explained_variance, kl_penalty, ppo_clip_loss, value_loss
+from ragen.policy.scoring import token_logprobs, token_values
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    advantage: str  # gae | grpo
+    gamma: float
+    lam: float
+    eps_low: float
+    eps_high: float
+    dual_clip: float | None
+    entropy_coef: float
+    kl_loss: str | None  # None | k1 | k3 (KL as a loss term)
+    kl_coef: float
+    value_clip: float
+    aggregation: str
+    mini_batch_size: int
+    grad_clip: float
+
+
+def _gae(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    advantages, returns = compute_gae(batch.token_rewards, values, batch.loss_mask, gamma=s.gamma, lam=s.lam)
+    return whiten(advantages, batch.loss_mask), returns
+
+
+def _grpo(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    return compute_grpo_advantages(batch.traj_returns, batch.group_ids, batch.loss_mask)
+
+
+ADVANTAGE_FNS: dict[str, Callable] = {"gae": _gae, "grpo": _grpo}
+
+
+def _step(optimizer: torch.optim.Optimizer, params, loss: torch.Tensor, grad_clip: float) -> tuple[float, bool]:
+    """Backward, clip, step; returns (pre-clip grad norm, whether the step was taken)."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
+    if not torch.isfinite(torch.tensor(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)
+        return grad_norm, False
+    optimizer.step()
+    return grad_norm, True
+
+
+def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: torch.optim.Optimizer,
+           critic_opt: torch.optim.Optimizer | None, batch: RolloutBatch, settings: UpdateSettings, *,
+           ref_logprobs: torch.Tensor | None = None) -> dict[str, float]:
+    """Critic then actor updates over the batch; returns actor/ and critic/ metrics (means over mini-batches)."""
+    s = settings
+    mask = batch.loss_mask
+    with torch.no_grad():
+        old_values = token_values(critic, batch.input_ids, batch.attention_mask) * mask if critic is not None else None
+        old_logprobs, _ = token_logprobs(policy, batch.input_ids, batch.attention_mask)  # (B, T)
+        sampled = batch.sampled_logprobs != 0
+        gap = (old_logprobs - batch.sampled_logprobs)[sampled].abs().max().item() if sampled.any() else 0.0
+    advantages, returns = ADVANTAGE_FNS[s.advantage](batch, old_values, s)
+
+    stats: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        stats.setdefault(name, []).append(value)
+
+    size = batch.input_ids.shape[0]
+    policy.train()
+    for start in range(0, size, s.mini_batch_size):
+        rows = slice(start, start + s.mini_batch_size)
+        ids, att, m = batch.input_ids[rows], batch.attention_mask[rows], mask[rows]
+        if critic is not None:
+            critic.train()
+            values = token_values(critic, ids, att)
+            v_loss, v_stats = value_loss(values, old_values[rows], returns[rows], m, clip=s.value_clip,
+                                         aggregation=s.aggregation)
+            grad_norm, taken = _step(critic_opt, critic.parameters(), v_loss, s.grad_clip)
+            for k, v in v_stats.items():
+                add(f"critic/{k}", v)
+            add("critic/grad_norm", grad_norm)
+            add("critic/explained_var", explained_variance(old_values[rows], returns[rows], m))
+            add("critic/skipped_steps", float(not taken))
+        logprobs, entropy = token_logprobs(policy, ids, att, with_entropy=True)
+        pg_loss, pg_stats = ppo_clip_loss(logprobs, old_logprobs[rows], advantages[rows], m, eps_low=s.eps_low,
+                                          eps_high=s.eps_high, dual_clip=s.dual_clip, aggregation=s.aggregation)
+        entropy_mean = masked_mean(entropy, m)
+        loss = pg_loss - s.entropy_coef * entropy_mean
+        if s.kl_loss is not None and ref_logprobs is not None:
+            kl = masked_mean(kl_penalty(logprobs, ref_logprobs[rows], s.kl_loss), m)
+            loss = loss + s.kl_coef * kl
+            add("actor/kl_loss", kl.item())
+        grad_norm, taken = _step(actor_opt, policy.parameters(), loss, s.grad_clip)
+        for k, v in pg_stats.items():
+            add(f"actor/{k}", v)
+        add("actor/entropy", entropy_mean.item())
+        add("actor/grad_norm", grad_norm)
+        add("actor/skipped_steps", float(not taken))
+    policy.eval()
+    if critic is not None:
+        critic.eval()
+    out = {k: sum(v) / len(v) for k, v in stats.items()}
+    for key in ("actor/skipped_steps", "critic/skipped_steps"):
+        if key in stats:
+            out[key] = sum(stats[key])
+    out["actor/lr"] = actor_opt.param_groups[0]["lr"]
+    out["actor/sampler_logprob_gap"] = gap
+    out["actor/advantage_mean"] = masked_mean(advantages, mask).item()
+    out["critic/return_mean"] = masked_mean(returns, mask).item()
+    return out

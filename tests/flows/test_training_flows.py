@@ -1,0 +1,79 @@
+"""rollout -> filter -> critic_fit -> update -> evaluate on a small configuration; resume after a kill (slow)."""
+
+import csv
+import json
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from flows.base import base
+from flows.critic_fit import critic_fit
+from flows.envgen import envgen
+from flows.evaluate import evaluate
+from flows.filter import filter_rollouts
+from flows.rollout import rollout
+from flows.update import update_policy
+from ragen.policy import load_policy
+from ragen.trajectory_io import read_trajectories
+
+SMALL = ["envs.tags=[bandit,bandit_test]", "envs.train_size=16", "envs.val_size=6", "envs.test_size=4",
+         "model.vocab_size=320", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
+         "model.num_kv_heads=1", "model.intermediate_size=64", "base.tokenizer_episodes=4",
+         "base.episodes_per_env=16", "base.steps=6", "base.batch_tokens=800", "base.warmup_steps=2",
+         "base.eval_episodes=2", "rollout.max_new_tokens=16", "train.env=bandit", "train.groups=4",
+         "train.group_size=4", "train.steps=4", "train.eval_every=2", "train.eval_episodes=4",
+         "train.checkpoint_every=2", "train.mini_batch_size=8", "filter.keep_ratio=0.5", "critic.warmup_epochs=2",
+         "eval.episodes=4"]
+
+
+@pytest.fixture
+def prepared(prefect_harness, project):
+    params = str(project / "params.yaml")
+    (project / "params.yaml").write_text("envs:\n  val_seed: 123\n")
+    envgen(params=params, overrides=SMALL)
+    base(params=params, overrides=SMALL)
+    rollout(params=params, overrides=SMALL)
+    filter_rollouts(params=params, overrides=SMALL)
+    critic_fit(params=params, overrides=SMALL)
+    return project, params
+
+
+@pytest.mark.slow
+def test_training_stages_end_to_end(prepared):
+    project, params = prepared
+    assert len(read_trajectories(project / "data/rollouts/base.parquet")) == 16
+    kept = read_trajectories(project / "data/rollouts/filtered.parquet")
+    assert len(kept) == 8 and len({t.group_id for t in kept}) == 2  # whole groups, top half
+    result = update_policy(params=params, overrides=SMALL)
+    assert "val/bandit/success" in result
+    before = load_policy(project / "models/base", device="cpu").model.state_dict()
+    after = load_policy(project / "models/policy", device="cpu").model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    rows = list(csv.DictReader(open(project / "metrics/train_steps.csv")))
+    assert [int(r["step"]) for r in rows] == [0, 1, 2, 3]
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    run = client.search_runs([client.get_experiment_by_name("ragen").experiment_id], "tags.`ragen.stage` = 'update'")[0]
+    for key in ("rollout/success_rate", "rollout/in_group_std_mean", "filter/kept_frac", "filter/std_mass_kept",
+                "actor/pg_loss", "actor/clipfrac_low", "actor/clipfrac_high", "actor/approx_kl", "actor/entropy",
+                "actor/grad_norm", "actor/lr", "critic/value_loss", "critic/explained_var", "timing/rollout_s",
+                "timing/update_s", "val/bandit/success"):
+        assert key in run.data.metrics, key
+    assert len(client.get_metric_history(run.info.run_id, "actor/pg_loss")) == 4
+    results = evaluate(params=params, overrides=SMALL)
+    assert set(results) == {"bandit", "bandit_test"}
+    assert results["bandit"]["val"]["success_ceiling"] == 1.0
+    assert json.loads((project / "metrics/eval.json").read_text()) == json.loads(json.dumps(results))
+
+
+@pytest.mark.slow
+def test_resume_after_a_kill_ends_where_an_uninterrupted_run_ends(prepared):
+    project, params = prepared
+    update_policy(params=params, overrides=SMALL, policy_dir=str(project / "straight"))
+    straight = load_policy(project / "straight", device="cpu").model.state_dict()
+    update_policy(params=params, overrides=SMALL, policy_dir=str(project / "resumed"), stop_after=3)  # killed
+    assert (project / "checkpoints/update/meta.json").exists()
+    update_policy(params=params, overrides=SMALL, policy_dir=str(project / "resumed"))
+    resumed = load_policy(project / "resumed", device="cpu").model.state_dict()
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+    assert not (project / "checkpoints/update").exists()

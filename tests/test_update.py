@@ -1,0 +1,82 @@
+"""A StarPO update on the small model: weights change, losses finite, non-finite gradients skip the step."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from ragen.batching import build_batch
+from ragen.config import RolloutConfig
+from ragen.policy import Policy
+from ragen.policy.model import build_critic, build_tiny_model
+from ragen.policy.tokenizer import env_corpus, train_tokenizer
+from ragen.records import EpisodeSpec
+from ragen.rollout import policy_responder, run_episodes
+from ragen.update import UpdateSettings, update
+
+
+@pytest.fixture(scope="module")
+def setup():
+    tokenizer = train_tokenizer(env_corpus(["bandit", "frozen_lake"], 6), 400)
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                             intermediate_size=64, max_positions=2048, seed=0)
+    policy = Policy(model.eval(), tokenizer)
+    cfg = RolloutConfig(max_new_tokens=10, max_turns=2)
+    specs = [EpisodeSpec("frozen_lake", 50 + g, g) for g in range(2) for _ in range(4)]
+    trajectories = run_episodes(specs, policy_responder(policy, cfg, generator=torch.Generator().manual_seed(0)),
+                                policy.renderer(True), cfg, max_positions=2048)
+    return policy, trajectories
+
+
+def settings(advantage="gae", **kw):
+    base = dict(advantage=advantage, gamma=1.0, lam=1.0, eps_low=0.2, eps_high=0.28, dual_clip=None,
+                entropy_coef=0.001, kl_loss=None, kl_coef=0.0, value_clip=0.5, aggregation="token-mean",
+                mini_batch_size=4, grad_clip=1.0)
+    return UpdateSettings(**{**base, **kw})
+
+
+@pytest.mark.parametrize("loss_mask", ["assistant", "all"])
+def test_two_ppo_steps_change_the_weights(setup, loss_mask):
+    policy, trajectories = setup
+    model = build_tiny_model(policy.tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                             intermediate_size=64, max_positions=2048, seed=0).eval()
+    critic = build_critic(model)
+    # give the returns some spread so the advantages are not all zero
+    batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"),
+                        loss_mask=loss_mask)
+    spread = torch.linspace(-1, 1, 8)
+    rewards = batch.token_rewards.clone()
+    rewards[:, -1] += spread
+    batch = replace(batch, token_rewards=rewards, traj_returns=batch.traj_returns + spread)
+    before, critic_before = [p.detach().clone() for p in model.parameters()], critic.score.weight.detach().clone()
+    actor_opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
+    for _ in range(2):
+        stats = update(model, critic, actor_opt, critic_opt, batch, settings())
+        assert all(torch.isfinite(torch.tensor(v)) for k, v in stats.items() if k != "critic/explained_var")
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert not torch.equal(critic_before, critic.score.weight)
+    assert stats["actor/skipped_steps"] == 0
+    assert {"actor/pg_loss", "actor/clipfrac_high", "actor/clipfrac_low", "actor/approx_kl", "actor/entropy",
+            "actor/grad_norm", "critic/value_loss", "critic/explained_var"} <= set(stats)
+
+
+def test_first_rescoring_matches_the_sampler(setup):
+    policy, trajectories = setup
+    model = build_tiny_model(policy.tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                             intermediate_size=64, max_positions=2048, seed=0).eval()
+    batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"))
+    stats = update(model, None, torch.optim.SGD(model.parameters(), lr=0.0), None, batch, settings("grpo"))
+    assert stats["actor/sampler_logprob_gap"] < 1e-4
+
+
+def test_non_finite_gradient_skips_the_step(setup):
+    policy, trajectories = setup
+    model = build_tiny_model(policy.tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                             intermediate_size=64, max_positions=2048, seed=0).eval()
+    batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"))
+    batch = replace(batch, traj_returns=batch.traj_returns + torch.tensor([float("inf")] + [0.0] * 7))
+    before = [p.detach().clone() for p in model.parameters()]
+    stats = update(model, None, torch.optim.AdamW(model.parameters(), lr=1e-3), None, batch, settings("grpo", mini_batch_size=8))
+    assert stats["actor/skipped_steps"] == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
