@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+
+from ragen.fileio import staged_dir  # noqa: F401  (re-exported for the flows)
 
 
 def cli_overrides(argv: list[str] | None = None) -> list[str]:
@@ -19,31 +19,6 @@ def cli_overrides(argv: list[str] | None = None) -> list[str]:
     if bad:
         raise SystemExit(f"expected key=value overrides (e.g. envs.val_size=64), got {bad}")
     return list(args)
-
-
-@contextmanager
-def staged_dir(dest: str | Path) -> Iterator[Path]:
-    """Yield an empty folder beside `dest`; on success it replaces `dest` whole, on failure it is removed.
-
-    So a stage that dies half-way leaves the previous output intact and never a half-written one.
-    """
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    staging.chmod(0o755)
-    try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    old = None
-    if dest.exists():
-        old = dest.with_name(f".{dest.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(dest, old)
-    os.replace(staging, dest)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def write_json(path: str | Path, obj: Any) -> None:

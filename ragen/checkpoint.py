@@ -8,14 +8,13 @@ the checkpoint at once, so a kill during a save leaves the previous checkpoint i
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
+
+from ragen.fileio import staged_dir
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -36,10 +35,7 @@ def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Te
 
 def save_checkpoint(path: str | Path, *, models: dict[str, torch.nn.Module],
                     optimizers: dict[str, torch.optim.Optimizer], meta: dict[str, Any]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    with staged_dir(path) as staging:
         groups = {}
         for name, model in models.items():
             save_model(model, str(staging / f"{name}.safetensors"))  # handles tied embeddings
@@ -47,12 +43,6 @@ def save_checkpoint(path: str | Path, *, models: dict[str, torch.nn.Module],
             tensors, groups[name] = optimizer_tensors(optimizer)
             save_file(tensors, staging / f"{name}.optimizer.safetensors")
         (staging / "meta.json").write_text(json.dumps({**meta, "optimizers": groups}, indent=2, sort_keys=True))
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(staging, path)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def load_checkpoint(path: str | Path, *, models: dict[str, torch.nn.Module],

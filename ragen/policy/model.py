@@ -10,14 +10,10 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers.utils import logging as hf_logging
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -29,6 +25,9 @@ from transformers import (
     Qwen2Config,
     Qwen2ForCausalLM,
 )
+from transformers.utils import logging as hf_logging
+
+from ragen.fileio import staged_dir
 
 META_FILE = "ragen_meta.json"
 
@@ -154,21 +153,11 @@ def load_critic(path: str | Path, *, device: str = "auto", dtype: str = "auto") 
 def save_model(model: PreTrainedModel, dest: str | Path, *, tokenizer: PreTrainedTokenizerBase | None = None,
                meta: dict[str, Any] | None = None) -> None:
     """Write weights (safetensors), config, tokenizer and meta to `dest` all at once (temp dir, then rename)."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
+    with staged_dir(dest) as staging:
         model.save_pretrained(staging, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
         (staging / META_FILE).write_text(json.dumps(meta or {}, indent=2, sort_keys=True) + "\n")
-        staging.chmod(0o755)
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(staging, dest)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
