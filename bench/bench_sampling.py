@@ -56,15 +56,13 @@ def theoretical_peak_gflops() -> tuple[float, str]:
     return cores * mhz / 1e3 * per_cycle, f"{cores} cores x {mhz / 1e3:.2f} GHz x {per_cycle} FP32 FLOP/cycle"
 
 
-def model_flops(model, prompt_lens: list[int], new_tokens: list[int]) -> float:
-    """Forward FLOPs of prefill plus decoding: 2 x params per token plus attention over the context."""
+def model_flops(model, contexts: list[int], tokens: list[int]) -> float:
+    """Forward FLOPs of running `tokens[i]` tokens on top of `contexts[i]` cached ones, per row:
+    2 x params per token plus attention (QK^T and AV) over everything before it."""
     cfg = model.config
     params = sum(p.numel() for p in model.parameters())
-    per_token_attn = lambda ctx: 4 * cfg.num_hidden_layers * cfg.hidden_size * ctx  # noqa: E731  (QK^T and AV)
-    total = 0.0
-    for p, n in zip(prompt_lens, new_tokens):
-        total += 2 * params * (p + n) + sum(per_token_attn(ctx) for ctx in range(p, p + n)) + per_token_attn(p) * p / 2
-    return total
+    attn = 4 * cfg.num_hidden_layers * cfg.hidden_size
+    return sum(2 * params * n + attn * (c * n + n * (n + 1) / 2) for c, n in zip(contexts, tokens))
 
 
 def main() -> None:
@@ -81,16 +79,22 @@ def main() -> None:
     print(f"# sampling benchmark | {source} | {sum(p.numel() for p in policy.model.parameters()) / 1e6:.2f} M params | "
           f"{args.episodes} {args.env} episodes x {args.turns} turns | torch threads {torch.get_num_threads()}")
 
-    batches, ours_time, ours_tokens = [], 0.0, 0
+    batches, ours_time, ours_tokens, ours_flops, fed = [], 0.0, 0, 0.0, {}
     sampler = policy_responder(policy, cfg, generator=torch.Generator().manual_seed(0))
 
     def timed(prompts, envs):
-        nonlocal ours_time, ours_tokens
+        nonlocal ours_time, ours_tokens, ours_flops
         start = time.perf_counter()
         samples = sampler(prompts, envs)
         ours_time += time.perf_counter() - start
         ours_tokens += sum(len(s.token_ids) for s in samples)
         batches.append(([list(p) for p in prompts], [len(s.token_ids) for s in samples]))
+        # what our session ran: each row's new prompt tokens on top of its cache, then the sampled tokens
+        before = [fed.get(id(env), 0) for env in envs]
+        ours_flops += model_flops(policy.model, before, [len(p) - b for p, b in zip(prompts, before)])
+        ours_flops += model_flops(policy.model, [len(p) for p in prompts], [len(s.token_ids) for s in samples])
+        for env, p, s in zip(envs, prompts, samples):
+            fed[id(env)] = len(p) + len(s.token_ids) - 1
         return samples
 
     specs = [EpisodeSpec(args.env, 10_000 + i // 16, i // 16) for i in range(args.episodes)]
@@ -111,17 +115,21 @@ def main() -> None:
             count = next((i + 1 for i, t in enumerate(row) if t in texts.stop_ids), len(row))
             gen_tokens += count
 
-    flops = sum(model_flops(policy.model, [len(p) for p in prompts], lens) for prompts, lens in batches)
+    # generate re-runs every turn's whole prompt (no cache across calls), as RAGEN's rollout does
+    gen_flops = sum(model_flops(policy.model, [0] * len(prompts), [len(p) for p in prompts])
+                    + model_flops(policy.model, [len(p) for p in prompts], lens) for prompts, lens in batches)
     measured = measured_peak_gflops()
     theoretical, how = theoretical_peak_gflops()
     ours_rate, gen_rate = ours_tokens / ours_time, gen_tokens / gen_time
-    achieved = flops / ours_time / 1e9
+    achieved = ours_flops / ours_time / 1e9
     print(f"ours (KV cache)     {ours_tokens:>7} tokens in {ours_time:6.2f} s = {ours_rate:8.0f} tokens/s")
     print(f"model.generate      {gen_tokens:>7} tokens in {gen_time:6.2f} s = {gen_rate:8.0f} tokens/s")
     print(f"speedup             {ours_rate / gen_rate:.2f}x (tokens/s), {gen_time / ours_time:.2f}x (wall time)")
-    print(f"model FLOPs (ours)  {flops / 1e9:.1f} GFLOP -> {achieved:.1f} GFLOP/s")
+    print(f"model FLOPs         ours {ours_flops / 1e9:.1f} GFLOP (cache kept across turns) -> {achieved:.1f} GFLOP/s;"
+          f" generate {gen_flops / 1e9:.1f} GFLOP -> {gen_flops / gen_time / 1e9:.1f} GFLOP/s")
     print(f"peak FP32           measured matmul {measured:.0f} GFLOP/s; theoretical {theoretical:.0f} GFLOP/s ({how})")
-    print(f"fraction of peak    {achieved / measured:.1%} of measured, {achieved / theoretical:.1%} of theoretical")
+    print(f"fraction of peak    ours {achieved / measured:.1%} of measured, {achieved / theoretical:.1%} of theoretical;"
+          f" generate {gen_flops / gen_time / 1e9 / measured:.1%} of measured")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from ragen.envs import make_env
 from ragen.envs.base import TextEnv
 from ragen.policy import Policy
 from ragen.policy.chat import ChatRenderer
-from ragen.policy.sampling import Sample
+from ragen.policy.sampling import Sample, SamplingSession
 from ragen.prompting import first_user_message, next_user_message, parse_response
 from ragen.records import EpisodeSpec, Trajectory, Turn
 
@@ -55,11 +55,21 @@ class _Episode:
 
 def policy_responder(policy: Policy, cfg: RolloutConfig, *, temperature: float | None = None,
                      generator: torch.Generator | None = None) -> Responder:
-    """Sample from the policy with the rollout settings (temperature overridable, e.g. 0.5 for evaluation)."""
+    """Sample from the policy with the rollout settings (temperature overridable, e.g. 0.5 for evaluation).
+
+    The first call fixes the episodes (by env identity) of one KV-cache session; later turns of the same
+    episodes only feed their new tokens. A call with other episodes starts a new session.
+    """
+    state: dict = {"session": None, "rows": {}}
+
     def respond(prompts: list[list[int]], envs: list[TextEnv]) -> list[Sample]:
-        return policy.sample(prompts, max_new_tokens=cfg.max_new_tokens,
-                             temperature=cfg.temperature if temperature is None else temperature,
-                             top_p=cfg.top_p, top_k=cfg.top_k, generator=generator)
+        if state["session"] is None or any(id(env) not in state["rows"] for env in envs):
+            state["rows"] = {id(env): row for row, env in enumerate(envs)}
+            state["session"] = SamplingSession(policy.model, policy.token_texts, len(envs))
+        rows = [state["rows"][id(env)] for env in envs]
+        return state["session"].sample(rows, prompts, max_new_tokens=cfg.max_new_tokens,
+                                       temperature=cfg.temperature if temperature is None else temperature,
+                                       top_p=cfg.top_p, top_k=cfg.top_k, generator=generator)
     return respond
 
 

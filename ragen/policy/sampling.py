@@ -69,53 +69,101 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device
     return ids.to(device), mask.to(device)
 
 
-@torch.no_grad()
+class SamplingSession:
+    """Sampling for a fixed set of rows (episodes) whose prompts grow turn by turn; the KV cache is kept.
+
+    Each call passes, for some rows, the row's whole sequence so far; it must extend what the row was fed
+    before. Only the new suffix is run through the model: turn k of a multi-turn episode costs the new user
+    message, not the whole conversation again (RAGEN re-sends everything each turn). New suffixes of different
+    lengths sit left-aligned-with-holes in one chunk: masked positions inside a row, with position ids counting
+    real tokens only, so results equal a fresh pass over each row's sequence. Rows not in a call just wait.
+    """
+
+    def __init__(self, model: PreTrainedModel, token_texts: TokenTexts, rows: int) -> None:
+        self.model, self.texts, self.rows = model, token_texts, rows
+        self.fed: list[list[int]] = [[] for _ in range(rows)]  # tokens in the cache, per row
+        self.cache = None
+        self.mask = torch.zeros((rows, 0), dtype=torch.long, device=model.device)  # (R, cache length)
+
+    @torch.no_grad()
+    def sample(self, rows: Sequence[int], prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+               temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+               stop_strings: Sequence[str] = ("</answer>",), generator: torch.Generator | None = None) -> list[Sample]:
+        device, pad = self.model.device, self.texts.pad_id
+        new = {}
+        for row, prompt in zip(rows, prompts):
+            done = self.fed[row]
+            if list(prompt[: len(done)]) != done:
+                raise ValueError(f"row {row}: the prompt does not extend the tokens already fed to the cache")
+            new[row] = list(prompt[len(done) :])
+            if not new[row]:
+                raise ValueError(f"row {row}: nothing new to feed; a prompt must end with at least one new token")
+        width = max(len(t) for t in new.values())
+        chunk = torch.full((self.rows, width), pad, dtype=torch.long)  # (R, C)
+        chunk_mask = torch.zeros((self.rows, width), dtype=torch.long)
+        for row, tokens in new.items():
+            chunk[row, width - len(tokens) :] = torch.tensor(tokens, dtype=torch.long)
+            chunk_mask[row, width - len(tokens) :] = 1
+            self.fed[row].extend(tokens)
+        active = torch.zeros(self.rows, dtype=torch.bool)
+        active[list(new)] = True
+        logits = self._feed(chunk.to(device), chunk_mask.to(device))  # (R, V) at each row's last real token
+        samples = self._decode(logits, active.to(device), max_new_tokens=max_new_tokens, temperature=temperature,
+                               top_p=top_p, top_k=top_k, stop_strings=stop_strings, generator=generator)
+        return [samples[row] for row in rows]
+
+    def _feed(self, ids: torch.Tensor, chunk_mask: torch.Tensor) -> torch.Tensor:
+        """Run (R, C) new tokens through the model on top of the cache; returns the last position's logits."""
+        mask = torch.cat([self.mask, chunk_mask], dim=-1)  # (R, L + C)
+        positions = position_ids_from_mask(mask)[:, -ids.shape[1] :]  # (R, C)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
+                         use_cache=True, logits_to_keep=1)
+        self.cache, self.mask = out.past_key_values, mask
+        return out.logits[:, -1].float()
+
+    def _decode(self, logits: torch.Tensor, running: torch.Tensor, *, max_new_tokens: int, temperature: float,
+                top_p: float, top_k: int, stop_strings: Sequence[str], generator: torch.Generator | None) -> dict[int, Sample]:
+        rows = running.nonzero().flatten().tolist()
+        tokens: dict[int, list[int]] = {r: [] for r in rows}
+        logprobs: dict[int, list[float]] = {r: [] for r in rows}
+        tails = {r: "" for r in rows}
+        finish = {r: "length" for r in rows}
+        running = running.clone()
+        for step in range(max_new_tokens):
+            policy_logp = F.log_softmax(logits, dim=-1)  # (R, V) at temperature 1
+            if temperature <= 0:
+                next_ids = logits.argmax(-1)  # (R,)
+            else:
+                shaped = filter_logits(logits / temperature, top_k=top_k, top_p=top_p)
+                next_ids = torch.multinomial(shaped.softmax(-1), 1, generator=generator).squeeze(-1)  # (R,)
+            chosen_logp = policy_logp.gather(-1, next_ids.unsqueeze(-1)).squeeze(-1)  # (R,)
+            ids_list, logp_list = next_ids.tolist(), chosen_logp.tolist()
+            for row in running.nonzero().flatten().tolist():
+                token = ids_list[row]
+                tokens[row].append(token)
+                logprobs[row].append(logp_list[row])
+                if token in self.texts.stop_ids:
+                    finish[row], running[row] = "eos", False
+                    continue
+                tails[row] = (tails[row] + self.texts.texts[token])[-STOP_TAIL_CHARS:]
+                if any(stop in tails[row] for stop in stop_strings):
+                    finish[row], running[row] = "stop", False
+            if not running.any() or step + 1 == max_new_tokens:
+                break
+            # feed the running rows' new tokens; finished rows get a masked hole
+            feed = torch.where(running, next_ids, torch.full_like(next_ids, self.texts.pad_id)).unsqueeze(-1)
+            logits = self._feed(feed, running.long().unsqueeze(-1))
+            for row in running.nonzero().flatten().tolist():
+                self.fed[row].append(ids_list[row])
+        return {r: Sample(tuple(tokens[r]), tuple(logprobs[r]), finish[r]) for r in rows}
+
+
 def sample(model: PreTrainedModel, token_texts: TokenTexts, prompts: Sequence[Sequence[int]], *,
            max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
            stop_strings: Sequence[str] = ("</answer>",), generator: torch.Generator | None = None) -> list[Sample]:
     """Sample one continuation per prompt (see the module docstring). temperature 0 is greedy."""
     if not prompts:
         return []
-    device = model.device
-    input_ids, mask = left_pad(prompts, token_texts.pad_id, device)  # (B, L)
-    batch = input_ids.shape[0]
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids_from_mask(mask),
-                use_cache=True, logits_to_keep=1)
-    cache, logits = out.past_key_values, out.logits[:, -1].float()  # (B, V)
-    positions = mask.sum(-1, keepdim=True) - 1  # (B, 1): position of the last prompt token
-
-    tokens: list[list[int]] = [[] for _ in range(batch)]
-    logprobs: list[list[float]] = [[] for _ in range(batch)]
-    tails = [""] * batch
-    finish = ["length"] * batch
-    running = torch.ones(batch, dtype=torch.bool, device=device)
-    for _ in range(max_new_tokens):
-        policy_logp = F.log_softmax(logits, dim=-1)  # (B, V) at temperature 1
-        if temperature <= 0:
-            next_ids = logits.argmax(-1)  # (B,)
-        else:
-            shaped = filter_logits(logits / temperature, top_k=top_k, top_p=top_p)
-            next_ids = torch.multinomial(shaped.softmax(-1), 1, generator=generator).squeeze(-1)  # (B,)
-        chosen_logp = policy_logp.gather(-1, next_ids.unsqueeze(-1)).squeeze(-1)  # (B,)
-
-        ids_list, logp_list = next_ids.tolist(), chosen_logp.tolist()
-        for row in running.nonzero().flatten().tolist():
-            token = ids_list[row]
-            tokens[row].append(token)
-            logprobs[row].append(logp_list[row])
-            if token in token_texts.stop_ids:
-                finish[row] = "eos"
-                running[row] = False
-                continue
-            tails[row] = (tails[row] + token_texts.texts[token])[-STOP_TAIL_CHARS:]
-            if any(stop in tails[row] for stop in stop_strings):
-                finish[row] = "stop"
-                running[row] = False
-        if not running.any():
-            break
-        feed = torch.where(running, next_ids, torch.full_like(next_ids, token_texts.pad_id)).unsqueeze(-1)  # (B, 1)
-        mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=-1)  # (B, L + t)
-        positions = positions + 1
-        out = model(input_ids=feed, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
-        cache, logits = out.past_key_values, out.logits[:, -1].float()
-    return [Sample(tuple(t), tuple(lp), f) for t, lp, f in zip(tokens, logprobs, finish)]
+    session = SamplingSession(model, token_texts, len(prompts))
+    return session.sample(range(len(prompts)), prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+                          top_p=top_p, top_k=top_k, stop_strings=stop_strings, generator=generator)
