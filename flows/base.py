@@ -21,6 +21,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.common import cli_overrides, read_seeds, staged_dir, write_json
 from ragen.config import Config, flatten, load_config, to_dict
+from ragen.envs import make_env
 from ragen.policy import Policy
 from ragen.policy.model import META_FILE, build_tiny_model, count_parameters, load_causal_lm, save_model
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
@@ -50,7 +51,9 @@ def build_tiny(cfg: Config, envs_dir: Path, tracker: MlflowTracker) -> Policy:
     data: list[Trajectory] = []
     for tag in cfg.envs.tags:
         seeds = read_seeds(envs_dir, tag, "train")
-        specs = [EpisodeSpec(tag, seeds[i % len(seeds)], i) for i in range(cfg.base.episodes_per_env)]
+        # as many responses per env: single-turn envs (Bandit, Countdown) get max_turns x more conversations
+        count = cfg.base.episodes_per_env * cfg.rollout.max_turns // min(make_env(tag).max_turns, cfg.rollout.max_turns)
+        specs = [EpisodeSpec(tag, seeds[i % len(seeds)], i) for i in range(count)]
         data += run_episodes(specs, respond, renderer, cfg.rollout, max_positions=m.max_positions)
     tracker.log_metrics({"base/parameters": count_parameters(model), "base/vocab_size": len(tokenizer),
                          "base/sft_sequences": len(data),

@@ -58,7 +58,7 @@ class BaseConfig:
 
     mode: str = "warm"  # warm: well-formatted responses with random valid actions (no skill) | sft: solver demos
     tokenizer_episodes: int = 64  # episodes per env (think and no-think) whose text trains the tokenizer
-    episodes_per_env: int = 384  # supervised conversations per env in params `envs.tags`
+    episodes_per_env: int = 384  # supervised conversations per multi-turn env (single-turn envs: x max_turns)
     steps: int = 600  # optimizer steps
     batch_tokens: int = 6144  # tokens per step (many short conversations or a few long ones)
     lr: float = 0.003  # AdamW peak learning rate (linear warmup, cosine decay)
