@@ -32,7 +32,7 @@ from ragen.train import Learner, train_step
 from ragen.trajectory_io import read_trajectories
 
 PLOT_KEYS = ["step", "val_success", "rollout/success_rate", "rollout/return_mean", "rollout/in_group_std_mean",
-             "actor/entropy", "actor/grad_norm", "actor/pg_loss", "critic/value_loss"]
+             "filter/kept_frac", "actor/entropy", "actor/grad_norm", "actor/pg_loss", "critic/value_loss"]
 
 
 def make_learner(cfg: Config, base_dir: str, critic_dir: str) -> Learner:

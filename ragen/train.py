@@ -63,12 +63,18 @@ def collect(cfg: Config, policy: Policy, pool: Sequence[int], step: int) -> list
                         max_positions=policy.model.config.max_position_embeddings)
 
 
-def select(cfg: Config, trajectories: Sequence[Trajectory]) -> tuple[list[Trajectory], torch.Tensor, dict[str, float]]:
-    """Normalise returns and filter groups -> kept trajectories, their (normalised) returns, filter metrics."""
+def select(cfg: Config, trajectories: Sequence[Trajectory], *, already_filtered: bool = False
+           ) -> tuple[list[Trajectory], torch.Tensor, dict[str, float]]:
+    """Normalise returns and filter groups -> kept trajectories, their (normalised) returns, filter metrics.
+
+    `already_filtered` (the stage-filter batch of step 1) keeps every group: filtering twice would drop more.
+    """
     returns = torch.tensor([t.traj_return for t in trajectories])  # (B,)
     group_ids = torch.tensor([t.group_id for t in trajectories])  # (B,)
     scores = normalize_returns(returns, group_ids, method=cfg.algo.reward_norm)  # (B,)
-    keep, stats = filter_groups_by_reward_std(scores, group_ids, cfg.filter.keep_ratio, cfg.filter.mode)
+    keep_ratio = 1.0 if already_filtered else cfg.filter.keep_ratio
+    mode = "std" if already_filtered else cfg.filter.mode
+    keep, stats = filter_groups_by_reward_std(scores, group_ids, keep_ratio, mode)
     kept = [t for t, k in zip(trajectories, keep.tolist()) if k]
     return kept, scores[keep], {f"filter/{k}": v for k, v in stats.as_metrics().items()}
 
@@ -98,7 +104,7 @@ def train_step(cfg: Config, learner: Learner, pool: Sequence[int], step: int,
     start = time.perf_counter()
     trajectories = list(first_batch) if first_batch is not None else collect(cfg, learner.policy, pool, step)
     rollout_s = time.perf_counter() - start
-    kept, scores, metrics = select(cfg, trajectories)
+    kept, scores, metrics = select(cfg, trajectories, already_filtered=first_batch is not None)
     start = time.perf_counter()
     batch, ref_logprobs = make_batch(cfg, learner, kept, scores)
     score_s = time.perf_counter() - start

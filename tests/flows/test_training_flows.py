@@ -52,6 +52,7 @@ def test_training_stages_end_to_end(prepared):
     assert any(not torch.equal(before[k], after[k]) for k in before)
     rows = list(csv.DictReader(open(project / "metrics/train_steps.csv")))
     assert [int(r["step"]) for r in rows] == [0, 1, 2, 3]
+    assert float(rows[0]["filter/kept_frac"]) == 1.0  # step 1 trains on the whole stage-filter batch
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
     run = client.search_runs([client.get_experiment_by_name("ragen").experiment_id], "tags.`ragen.stage` = 'update'")[0]
     for key in ("rollout/success_rate", "rollout/in_group_std_mean", "filter/kept_frac", "filter/std_mass_kept",
