@@ -9,51 +9,25 @@ from pathlib import Path
 import polars as pl
 import pytest
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL_PARAMS = """\
-envs:
-  tags: [sokoban, frozen_lake, countdown]
-  train_size: 8
-  val_size: 4
-  test_size: 4
-  train_seed: 10000
-  val_seed: 123
-  test_seed: 1000000
-model:
-  vocab_size: 320
-  hidden_size: 32
-  num_layers: 1
-  num_heads: 2
-  num_kv_heads: 1
-  intermediate_size: 64
-base:
-  tokenizer_episodes: 4
-  episodes_per_env: 6
-  steps: 3
-  batch_tokens: 400
-  warmup_steps: 1
-  eval_episodes: 2
-rollout:
-  max_new_tokens: 12
-filter:
-  keep_ratio: 0.5
-critic:
-  warmup_epochs: 2
-train:
-  env: frozen_lake
-  steps: 2
-  groups: 2
-  group_size: 2
-  eval_every: 2
-  eval_episodes: 2
-  mini_batch_size: 4
-eval:
-  episodes: 2
-tracking:
-  uri: ""
-  experiment: ragen
+SMALL = """\
+envs: {tags: [sokoban, frozen_lake, countdown], train_size: 8, val_size: 4, test_size: 4}
+model: {vocab_size: 320, hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, intermediate_size: 64}
+base: {tokenizer_episodes: 4, episodes_per_env: 6, steps: 3, batch_tokens: 400, warmup_steps: 1, eval_episodes: 2}
+rollout: {max_new_tokens: 12}
+filter: {keep_ratio: 0.5}
+critic: {warmup_epochs: 2}
+train: {env: frozen_lake, steps: 2, groups: 2, group_size: 2, eval_every: 2, eval_episodes: 2, mini_batch_size: 4}
+eval: {episodes: 2}
 """
+
+
+def write_params(path, *changes):
+    """The shipped params.yaml (every key DVC tracks) with the small settings and `changes` (dotlist) on top."""
+    cfg = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.create(SMALL), OmegaConf.from_dotlist(list(changes)))
+    OmegaConf.save(cfg, path / "params.yaml")
 
 
 def run(cmd, cwd, env):
@@ -69,7 +43,7 @@ def repo(tmp_path):
         if (ROOT / rel).is_file():
             (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, tmp_path / rel)
-    (tmp_path / "params.yaml").write_text(SMALL_PARAMS)
+    write_params(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING_URI", "PREFECT_", "DVC_"))}
     env.update(PATH=f"{Path(sys.executable).parent}:{env['PATH']}", DVC_NO_ANALYTICS="1",
                GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
@@ -101,13 +75,13 @@ def test_dvc_repro_then_nothing_to_do(repo):
     assert sorted(r.data.tags["dvc.stage"] for r in runs).count("update") == 2
 
     # a changed filter.keep_ratio reruns filter and what follows, nothing before it
-    (path / "params.yaml").write_text(SMALL_PARAMS.replace("keep_ratio: 0.5", "keep_ratio: 1.0"))
+    write_params(path, "filter.keep_ratio=1.0")
     out = run(["dvc", "repro"], path, env)
     for stage in ("envgen", "base"):
         assert f"Stage '{stage}' didn't change, skipping" in out
     for stage in ("filter", "critic_fit", "update", "evaluate"):
         assert f"Running stage '{stage}'" in out
-    (path / "params.yaml").write_text(SMALL_PARAMS.replace("val_size: 4", "val_size: 5"))
+    write_params(path, "envs.val_size=5")
     out = run(["dvc", "repro"], path, env)
     assert "Running stage 'envgen'" in out and "Running stage 'base'" in out
     assert pl.read_parquet(path / "data/envs/sokoban/val.parquet").height == 5
