@@ -19,11 +19,11 @@ import torch
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.common import cli_overrides, read_seeds, staged_dir, write_json
+from flows.common import cli_overrides, read_seeds, write_json
 from ragen.config import Config, flatten, load_config, to_dict
 from ragen.envs import make_env
 from ragen.policy import Policy
-from ragen.policy.model import META_FILE, build_tiny_model, count_parameters, load_causal_lm, save_model
+from ragen.policy.model import build_tiny_model, count_parameters, load_causal_lm, save_meta, save_model
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import policy_responder, run_episodes, summarize
@@ -136,14 +136,9 @@ def base(params: str = "params.yaml", overrides: list[str] | None = None, envs_d
         if cfg.model.source == "tiny":
             save_model(policy.model, out_dir, tokenizer=policy.tokenizer, meta=meta)
         else:
-            save_model_meta_only(out_dir, meta)
+            save_meta(out_dir, meta)
         write_json(metrics_path, results)
     return results
-
-
-def save_model_meta_only(out_dir: str, meta: dict) -> None:
-    with staged_dir(out_dir) as staging:
-        write_json(staging / META_FILE, meta)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ from __future__ import annotations
 import torch
 from prefect import flow
 
-from flows.common import cli_overrides, staged_dir, write_json
+from flows.common import cli_overrides, write_json
 from ragen.batching import build_batch
 from ragen.config import flatten, load_config, to_dict
 from ragen.losses import explained_variance
 from ragen.policy import load_policy
-from ragen.policy.model import META_FILE, build_critic, save_model
+from ragen.policy.model import build_critic, save_meta, save_model
 from ragen.policy.scoring import token_values
 from ragen.tracking import MlflowTracker
 from ragen.trajectory_io import read_trajectories
@@ -32,8 +32,7 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
     with MlflowTracker(cfg.tracking, stage="critic_fit", params=flatten(to_dict(cfg)),
                        tags={"ragen.env": cfg.train.env}) as tracker:
         if cfg.algo.advantage != "gae":
-            with staged_dir(out_dir) as staging:
-                write_json(staging / META_FILE, {"critic": "none", "advantage": cfg.algo.advantage})
+            save_meta(out_dir, {"critic": "none", "advantage": cfg.algo.advantage})
             write_json(metrics_path, {})
             return {}
         policy = load_policy(base_dir, device=cfg.model.device, dtype=cfg.model.dtype)

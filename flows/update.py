@@ -21,12 +21,12 @@ from pathlib import Path
 import torch
 from prefect import flow
 
-from flows.common import cli_overrides, read_seeds, staged_dir, write_json
+from flows.common import cli_overrides, read_seeds, write_json
 from ragen.checkpoint import load_checkpoint, save_checkpoint
 from ragen.config import Config, flatten, load_config, to_dict
 from ragen.evaluation import evaluate_policy
 from ragen.policy import load_policy
-from ragen.policy.model import META_FILE, load_critic, read_meta, save_model
+from ragen.policy.model import load_critic, read_meta, save_meta, save_model
 from ragen.tracking import MlflowTracker
 from ragen.train import Learner, train_step
 from ragen.trajectory_io import read_trajectories
@@ -121,8 +121,7 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
         if learner.critic is not None:
             save_model(learner.critic, critic_out, meta={"critic": "trained"})
         else:
-            with staged_dir(critic_out) as staging:
-                write_json(staging / META_FILE, {"critic": "none"})
+            save_meta(critic_out, {"critic": "none"})
         # the DVC metrics file holds deterministic content only; timings are returned and live in MLflow
         write_json(metrics_path, {k: v for k, v in final.items() if not k.startswith(("timing/", "perf/"))})
         write_steps_csv(steps_csv, history, cfg.train.env)

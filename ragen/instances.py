@@ -11,7 +11,6 @@ The ceiling of an instance is the best any policy can do within `max_actions_per
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -21,7 +20,7 @@ from ragen.envs import make_env
 from ragen.envs.bandit import BanditEnv
 from ragen.envs.base import TextEnv
 from ragen.envs.countdown import CountdownEnv
-from ragen.envs.frozen_lake import MOVES, FrozenLakeEnv
+from ragen.envs.frozen_lake import FrozenLakeEnv, shortest_path_length
 from ragen.envs.solvers import bandit_optimal_arm, countdown_solve, frozen_lake_success_probability, sokoban_plan
 from ragen.envs.sokoban import SokobanEnv
 
@@ -64,22 +63,7 @@ def sokoban_ceiling(env: SokobanEnv) -> Ceiling:
 
 def frozen_lake_ceiling(env: FrozenLakeEnv) -> Ceiling:
     probability = frozen_lake_success_probability(env.render(), env.max_actions_per_traj)
-    return Ceiling(probability, _shortest_walk(env), probability, None)
-
-
-def _shortest_walk(env: FrozenLakeEnv) -> int | None:
-    lake = env.lake
-    frontier, distance = deque([env.player]), {env.player: 0}
-    while frontier:
-        pos = frontier.popleft()
-        if pos == lake.goal:
-            return distance[pos]
-        for dr, dc in MOVES:
-            nxt = (pos[0] + dr, pos[1] + dc)
-            if 0 <= nxt[0] < lake.height and 0 <= nxt[1] < lake.width and nxt not in distance and nxt not in lake.holes:
-                distance[nxt] = distance[pos] + 1
-                frontier.append(nxt)
-    return None
+    return Ceiling(probability, shortest_path_length(env.lake, env.player), probability, None)
 
 
 def bandit_ceiling(env: BanditEnv) -> Ceiling:

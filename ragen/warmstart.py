@@ -25,7 +25,8 @@ from ragen.envs.countdown import CountdownEnv
 from ragen.envs.frozen_lake import FrozenLakeEnv
 from ragen.envs.sokoban import SokobanEnv
 from ragen.envs.solvers import bandit_optimal_arm, countdown_solve, frozen_lake_best_action, sokoban_plan
-from ragen.policy.sampling import Sample, left_pad
+from ragen.batching import build_batch
+from ragen.policy.sampling import Sample
 from ragen.policy.scoring import token_logprobs
 from ragen.policy.tokenizer import example_response, random_action, thought_kind
 from ragen.records import Trajectory
@@ -86,15 +87,6 @@ def scripted_responder(mode: str, tokenizer: PreTrainedTokenizerBase, prefix: st
 
 
 # --- supervised training ---
-def collate(trajectories: Sequence[Trajectory], pad_id: int, device: torch.device):
-    """-> input_ids (B, T), attention_mask (B, T), loss_mask (B, T) bool, left padded."""
-    ids, attention = left_pad([t.token_ids for t in trajectories], pad_id, device)  # (B, T)
-    loss_mask = torch.zeros_like(attention, dtype=torch.bool)  # (B, T)
-    for row, traj in enumerate(trajectories):
-        loss_mask[row, ids.shape[1] - len(traj.token_ids) :] = torch.tensor(traj.sampled_mask, dtype=torch.bool)
-    return ids, attention, loss_mask
-
-
 def lr_at(step: int, *, steps: int, warmup_steps: int, lr: float) -> float:
     """Linear warmup to `lr`, then cosine decay to lr / 10."""
     if step < warmup_steps:
@@ -128,11 +120,11 @@ def train_supervised(model: PreTrainedModel, data: Sequence[Trajectory], *, pad_
         tag = tags[step] if step < len(tags) else rng.choices(tags, weights=[running[t] for t in tags])[0]
         pool = by_tag[tag]
         batch = [pool[rng.randrange(len(pool))] for _ in range(batch_size[tag])]
-        ids, attention, loss_mask = collate(batch, pad_id, model.device)
+        rows = build_batch(batch, pad_id=pad_id, device=model.device)  # left padded; loss on sampled tokens
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, steps=steps, warmup_steps=warmup_steps, lr=lr)
-        logprobs, _ = token_logprobs(model, ids, attention)  # (B, T)
-        loss = -(logprobs * loss_mask).sum() / loss_mask.sum().clamp(min=1)
+        logprobs, _ = token_logprobs(model, rows.input_ids, rows.attention_mask)  # (B, T)
+        loss = -(logprobs * rows.loss_mask).sum() / rows.loss_mask.sum().clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -141,6 +133,6 @@ def train_supervised(model: PreTrainedModel, data: Sequence[Trajectory], *, pad_
         running[tag] = loss.item() if step < len(tags) else 0.8 * running[tag] + 0.2 * loss.item()
         if log is not None:
             log(step, {"sft/loss": loss.item(), "sft/grad_norm": float(grad_norm), "sft/lr": optimizer.param_groups[0]["lr"],
-                       "sft/tokens": float(attention.sum())})
+                       "sft/tokens": float(rows.attention_mask.sum())})
     model.eval()
     return losses

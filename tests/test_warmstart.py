@@ -10,7 +10,8 @@ from ragen.policy.model import build_tiny_model
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.records import EpisodeSpec
 from ragen.rollout import run_episodes, summarize
-from ragen.warmstart import collate, lr_at, scripted_responder, train_supervised
+from ragen.batching import build_batch
+from ragen.warmstart import lr_at, scripted_responder, train_supervised
 
 TAGS = ["bandit", "bandit_rev", "sokoban", "sokoban_vocab", "frozen_lake", "countdown"]
 
@@ -68,9 +69,10 @@ def test_lr_schedule_by_hand():
     assert lr_at(100, steps=100, warmup_steps=10, lr=1.0) == pytest.approx(0.1)
 
 
-def test_collate_aligns_the_loss_mask_with_left_padding(tokenizer):
+def test_batch_aligns_the_loss_mask_with_left_padding(tokenizer):
     trajectories = rollouts(tokenizer, "warm", "bandit", [1]) + rollouts(tokenizer, "warm", "sokoban", [2])
-    ids, attention, loss_mask = collate(trajectories, tokenizer.pad_token_id, torch.device("cpu"))
+    batch = build_batch(trajectories, pad_id=tokenizer.pad_token_id, device=torch.device("cpu"))
+    ids, attention, loss_mask = batch.input_ids, batch.attention_mask, batch.loss_mask
     for row, traj in enumerate(trajectories):
         real = ids[row][attention[row].bool()].tolist()
         assert real == list(traj.token_ids)

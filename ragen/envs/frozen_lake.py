@@ -61,19 +61,26 @@ def transition_table(lake: LakeMap) -> Transitions:
     return table
 
 
-def has_path(lake: LakeMap) -> bool:
-    """Whether the goal can be reached from the start over frozen tiles (breadth-first search)."""
-    frontier, seen = deque([lake.start]), {lake.start}
+def shortest_path_length(lake: LakeMap, start: Pos | None = None) -> int | None:
+    """Fewest moves from `start` (default: the start tile) to the goal over frozen tiles if nothing slips
+    (breadth-first search); None when no path exists."""
+    start = lake.start if start is None else start
+    frontier, distance = deque([start]), {start: 0}
     while frontier:
         r, c = frontier.popleft()
         if (r, c) == lake.goal:
-            return True
+            return distance[(r, c)]
         for dr, dc in MOVES:
             nxt = (r + dr, c + dc)
-            if 0 <= nxt[0] < lake.height and 0 <= nxt[1] < lake.width and nxt not in seen and nxt not in lake.holes:
-                seen.add(nxt)
+            if 0 <= nxt[0] < lake.height and 0 <= nxt[1] < lake.width and nxt not in distance and nxt not in lake.holes:
+                distance[nxt] = distance[(r, c)] + 1
                 frontier.append(nxt)
-    return False
+    return None
+
+
+def has_path(lake: LakeMap) -> bool:
+    """Whether the goal can be reached from the start over frozen tiles."""
+    return shortest_path_length(lake) is not None
 
 
 def generate_map(rng: random.Random, size: int = 4, p_frozen: float = 0.8) -> LakeMap:

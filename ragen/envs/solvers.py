@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from ragen.envs.bandit import Arm
+from ragen.envs.frozen_lake import ACTIONS as LAKE_ACTIONS
 from ragen.envs.frozen_lake import parse_lake, transition_table
 from ragen.envs.sokoban import ACTIONS as SOKOBAN_ACTIONS
 from ragen.envs.sokoban import DEFAULT_SYMBOLS, VOCAB_SYMBOLS, Board, parse_board
@@ -66,40 +67,34 @@ def sokoban_min_moves(layout: str | Board) -> int | None:
 
 
 # --- FrozenLake ---
+def _lake_values(lake, table, steps: int) -> list[float]:
+    """V_steps(s) for every state: the optimal probability of reaching the goal within `steps` actions."""
+    goal = lake.index(lake.goal)
+    value = [float(s == goal) for s in range(len(table))]
+    for _ in range(steps):
+        value = [
+            1.0 if s == goal
+            else max(sum(p * value[nxt] for p, nxt, _, _ in outcomes) for outcomes in table[s])
+            if not lake.is_terminal(lake.position(s)) else 0.0
+            for s in range(len(table))
+        ]
+    return value
+
+
 def frozen_lake_success_probability(layout: str, max_steps: int) -> float:
     """The optimal probability of reaching the goal within `max_steps` actions from the player's tile.
 
     Finite-horizon value iteration (see the module docstring) on the same table `FrozenLakeEnv.step` samples.
     """
     lake, player = parse_lake(layout)
-    table = transition_table(lake)
-    goal = lake.index(lake.goal)
-    value = [float(s == goal) for s in range(len(table))]
-    for _ in range(max_steps):
-        value = [
-            1.0 if s == goal
-            else max(sum(p * value[nxt] for p, nxt, _, _ in outcomes) for outcomes in table[s])
-            if not lake.is_terminal(lake.position(s)) else 0.0
-            for s in range(len(table))
-        ]
-    return value[lake.index(player)]
+    return _lake_values(lake, transition_table(lake), max_steps)[lake.index(player)]
 
 
 def frozen_lake_best_action(layout: str, steps_left: int) -> str:
     """The action that maximises the probability of reaching the goal within `steps_left` actions."""
-    from ragen.envs.frozen_lake import ACTIONS as LAKE_ACTIONS
-
     lake, player = parse_lake(layout)
     table = transition_table(lake)
-    goal = lake.index(lake.goal)
-    value = [float(s == goal) for s in range(len(table))]
-    for _ in range(max(steps_left - 1, 0)):
-        value = [
-            1.0 if s == goal
-            else max(sum(p * value[nxt] for p, nxt, _, _ in outcomes) for outcomes in table[s])
-            if not lake.is_terminal(lake.position(s)) else 0.0
-            for s in range(len(table))
-        ]
+    value = _lake_values(lake, table, max(steps_left - 1, 0))
     q = [sum(p * value[nxt] for p, nxt, _, _ in outcomes) for outcomes in table[lake.index(player)]]
     return LAKE_ACTIONS[max(range(4), key=lambda a: q[a])]
 

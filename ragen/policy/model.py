@@ -160,6 +160,12 @@ def save_model(model: PreTrainedModel, dest: str | Path, *, tokenizer: PreTraine
         (staging / META_FILE).write_text(json.dumps(meta or {}, indent=2, sort_keys=True) + "\n")
 
 
+def save_meta(dest: str | Path, meta: dict[str, Any]) -> None:
+    """A model folder with no weights, only its meta (an hf path record, or "no critic"), written all at once."""
+    with staged_dir(dest) as staging:
+        (staging / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
 def read_meta(path: str | Path) -> dict[str, Any]:
     file = Path(path) / META_FILE
     return json.loads(file.read_text()) if file.exists() else {}
