@@ -54,6 +54,62 @@ def compute_gae(token_rewards: torch.Tensor, values: torch.Tensor, loss_mask: to
     return advantages, advantages + values
 
 
+def compute_bilevel_gae(token_rewards: torch.Tensor, values: torch.Tensor, loss_mask: torch.Tensor,
+                        turn_end_mask: torch.Tensor, *, gamma: float, lam: float, turn_gamma: float,
+                        turn_lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Turn-level (bi-level) GAE, RAGEN's `bi_level_gae` extension: GAE over turns, then over tokens in each turn.
+
+    High level, over the K turn ends e_1 < ... < e_K of a trajectory (one MDP step per turn):
+        R_k = sum of the rewards in (e_{k-1}, e_k] outside the turn's own tokens, plus r_{e_k}
+              (rewards after e_K count for turn K)
+        delta_k = R_k + turn_gamma * V(e_{k+1}) - V(e_k),   A_k = delta_k + turn_gamma * turn_lam * A_{k+1},
+        G_k = A_k + V(e_k)                                  (V(e_{K+1}) = A_{K+1} = 0)
+    Low level, over the loss-mask tokens t of turn k (env tokens between turns are skipped), G_k as the reward
+    on the turn's last token and no bootstrap past it:
+        delta_t = r_t + gamma * V(t') - V(t)   (t' the next masked token of the same turn; r_{e_k} := G_k, V(e_k') := 0)
+        A_t = delta_t + gamma * lam * A_{t'}, returns_t = A_t + V(t)
+    Rewards on masked tokens inside a turn (the KL-in-reward penalty) stay at token level. So the turn end gets
+    A_{e_k} = A_k, and with gamma = lam = 1 every token of turn k gets G_k - V(t). RAGEN finds turn ends as the
+    positions with non-zero reward, which misses turns that earned exactly 0; here they are given explicitly.
+    No whitening here (see `whiten`).
+
+    Args:
+        token_rewards: (B, T). values: (B, T) critic values. loss_mask: (B, T) bool.
+        turn_end_mask: (B, T) bool, True on the last sampled token of each turn (inside loss_mask).
+    Returns:
+        advantages (B, T) and returns (B, T), zero outside the loss mask.
+    """
+    advantages = torch.zeros_like(token_rewards)  # (B, T)
+    returns = torch.zeros_like(token_rewards)  # (B, T)
+    for b in range(token_rewards.shape[0]):
+        rewards, v, masked = token_rewards[b].tolist(), values[b].tolist(), loss_mask[b].tolist()
+        ends = turn_end_mask[b].nonzero().flatten().tolist()
+        if not ends:
+            continue
+        # turn rewards R_k: the turn end, the env tokens since the previous end, and anything after the last end
+        turn_rewards = []
+        for k, end in enumerate(ends):
+            lo, hi = (ends[k - 1] + 1 if k else 0), (len(rewards) - 1 if k == len(ends) - 1 else end)
+            turn_rewards.append(rewards[end] + sum(rewards[t] for t in range(lo, hi + 1)
+                                                   if t != end and (not masked[t] or t > end)))
+        goals, next_value, next_adv = [0.0] * len(ends), 0.0, 0.0
+        for k in reversed(range(len(ends))):  # high level: over turns
+            delta = turn_rewards[k] + turn_gamma * next_value - v[ends[k]]
+            next_adv = delta + turn_gamma * turn_lam * next_adv
+            goals[k], next_value = next_adv + v[ends[k]], v[ends[k]]
+        for k, end in enumerate(ends):  # low level: over the masked tokens of turn k, backwards from its end
+            lo = ends[k - 1] + 1 if k else 0
+            positions = [t for t in range(lo, end + 1) if masked[t]]
+            next_value, next_adv = 0.0, 0.0
+            for t in reversed(positions):
+                reward = goals[k] if t == end else rewards[t]
+                delta = reward + gamma * next_value - v[t]
+                next_adv = delta + gamma * lam * next_adv
+                advantages[b, t], returns[b, t] = next_adv, next_adv + v[t]
+                next_value = v[t]
+    return advantages, returns
+
+
 def compute_grpo_advantages(traj_returns: torch.Tensor, group_ids: torch.Tensor, loss_mask: torch.Tensor,
                             eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
     """Group-normalised returns broadcast to tokens (RAGEN paper eq. 5; DeepSeekMath GRPO outcome supervision).

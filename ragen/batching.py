@@ -26,6 +26,7 @@ class RolloutBatch:
     token_rewards: torch.Tensor  # (B, T) float
     traj_returns: torch.Tensor  # (B,) env rewards + penalties
     group_ids: torch.Tensor  # (B,) long
+    turn_end_mask: torch.Tensor  # (B, T) bool, True on the last sampled token of each turn
 
 
 def build_batch(trajectories: Sequence[Trajectory], *, pad_id: int, device: torch.device,
@@ -37,6 +38,7 @@ def build_batch(trajectories: Sequence[Trajectory], *, pad_id: int, device: torc
     mask = torch.zeros(shape, dtype=torch.bool)
     logprobs = torch.zeros(shape)
     rewards = torch.zeros(shape)
+    turn_ends = torch.zeros(shape, dtype=torch.bool)
     for row, traj in enumerate(trajectories):
         offset = width - len(traj.token_ids)  # left padding
         ids[row, offset:] = torch.tensor(traj.token_ids)
@@ -48,6 +50,7 @@ def build_batch(trajectories: Sequence[Trajectory], *, pad_id: int, device: torc
             mask[row, offset + traj.system_len :] = True
         else:
             raise ValueError(f"unknown loss_mask {loss_mask!r}; use assistant or all")
+        turn_ends[row, [offset + end for end in traj.turn_ends]] = True
         if reward_placement == "last":
             rewards[row, -1] = traj.traj_return
         elif reward_placement == "turn":
@@ -58,4 +61,4 @@ def build_batch(trajectories: Sequence[Trajectory], *, pad_id: int, device: torc
     returns = torch.tensor([t.traj_return for t in trajectories], dtype=torch.float32)
     groups = torch.tensor([t.group_id for t in trajectories], dtype=torch.long)
     return RolloutBatch(ids.to(device), attention.to(device), mask.to(device), logprobs.to(device),
-                        rewards.to(device), returns.to(device), groups.to(device))
+                        rewards.to(device), returns.to(device), groups.to(device), turn_ends.to(device))

@@ -103,9 +103,11 @@ class CriticConfig:
 class AlgoConfig:
     """Section `algo`: StarPO's estimator and loss. Presets: see README (starpo_s, starpo_ppo, starpo_grpo)."""
 
-    advantage: str = "gae"  # gae (PPO with the critic; whitened) | grpo (group-normalised return, no critic)
-    gamma: float = 1.0  # GAE discount
-    lam: float = 1.0  # GAE lambda
+    advantage: str = "gae"  # gae (PPO with the critic; whitened) | bilevel_gae (turn-level, then token-level GAE)
+    #                         | grpo (group-normalised return, no critic)
+    gamma: float = 1.0  # GAE discount (between tokens)
+    lam: float = 1.0  # GAE lambda (both levels)
+    turn_gamma: float = 0.95  # bilevel_gae: discount between turns (RAGEN high_level_gamma)
     reward_norm: str = "identity"  # return normalisation within each group: identity | mean | mean_std | asym_clip
     clip_eps_low: float = 0.2  # ratio clipped below at 1 - eps_low
     clip_eps_high: float = 0.28  # ratio clipped above at 1 + eps_high (StarPO-S clip-higher; vanilla 0.2)
@@ -241,7 +243,7 @@ def validate(config: Config) -> None:
     a = config.algo
     choices = {"model.source": (config.model.source, ("tiny", "hf")), "base.mode": (config.base.mode, ("warm", "sft")),
                "filter.mode": (config.filter.mode, ("std", "std_rev", "nonzero")),
-               "algo.advantage": (a.advantage, ("gae", "grpo")),
+               "algo.advantage": (a.advantage, ("gae", "bilevel_gae", "grpo")),
                "algo.reward_norm": (a.reward_norm, ("identity", "mean", "mean_std", "asym_clip")),
                "algo.kl": (a.kl, ("none", "reward_k1", "loss_k1", "loss_k3")),
                "algo.aggregation": (a.aggregation, ("token-mean", "seq-mean-token-mean")),

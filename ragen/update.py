@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel
 
-from ragen.advantages import compute_gae, compute_grpo_advantages, masked_mean, whiten
+from ragen.advantages import compute_bilevel_gae, compute_gae, compute_grpo_advantages, masked_mean, whiten
 from ragen.batching import RolloutBatch
 from ragen.losses import explained_variance, kl_penalty, ppo_clip_loss, value_loss
 from ragen.policy.scoring import token_logprobs, token_values
@@ -26,9 +26,10 @@ from ragen.policy.scoring import token_logprobs, token_values
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    advantage: str  # gae | grpo
+    advantage: str  # gae | bilevel_gae | grpo
     gamma: float
     lam: float
+    turn_gamma: float  # bilevel_gae: discount between turns
     eps_low: float
     eps_high: float
     dual_clip: float | None
@@ -46,11 +47,18 @@ def _gae(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSettings) ->
     return whiten(advantages, batch.loss_mask), returns
 
 
+def _bilevel_gae(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSettings
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    advantages, returns = compute_bilevel_gae(batch.token_rewards, values, batch.loss_mask, batch.turn_end_mask,
+                                              gamma=s.gamma, lam=s.lam, turn_gamma=s.turn_gamma, turn_lam=s.lam)
+    return whiten(advantages, batch.loss_mask), returns
+
+
 def _grpo(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSettings) -> tuple[torch.Tensor, torch.Tensor]:
     return compute_grpo_advantages(batch.traj_returns, batch.group_ids, batch.loss_mask)
 
 
-ADVANTAGE_FNS: dict[str, Callable] = {"gae": _gae, "grpo": _grpo}
+ADVANTAGE_FNS: dict[str, Callable] = {"gae": _gae, "bilevel_gae": _bilevel_gae, "grpo": _grpo}
 
 
 def _step(optimizer: torch.optim.Optimizer, params, loss: torch.Tensor, grad_clip: float) -> tuple[float, bool]:

@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from ragen.advantages import compute_gae, compute_grpo_advantages, masked_mean, normalize_returns, place_rewards, whiten
+from ragen.advantages import compute_bilevel_gae, compute_gae, compute_grpo_advantages, masked_mean, normalize_returns, place_rewards, whiten
 
 
 def test_gae_with_gamma_lambda_one_is_return_minus_value():
@@ -89,3 +89,54 @@ def test_whiten_and_masked_mean():
 def test_place_rewards_on_last_token():
     r = place_rewards(torch.tensor([1.5, -0.1]), torch.ones(2, 3, dtype=torch.long))
     assert torch.allclose(r, torch.tensor([[0.0, 0.0, 1.5], [0.0, 0.0, -0.1]]))
+
+
+def bilevel_case():
+    """Two turns: env token, two sampled tokens (turn 1 ends at 2), env token, two sampled tokens (turn 2 ends at 5)."""
+    rewards = torch.tensor([[0.0, 0.0, 0.5, 0.0, 0.0, 1.0]])
+    values = torch.tensor([[9.0, 0.1, 0.2, 9.0, 0.3, 0.4]])  # values on env tokens must not matter
+    mask = torch.tensor([[False, True, True, False, True, True]])
+    ends = torch.tensor([[False, False, True, False, False, True]])
+    return rewards, values, mask, ends
+
+
+def test_bilevel_gae_by_hand():
+    # high level (turn_gamma 0.5, lam 1): A_2 = 1.0 - 0.4 = 0.6, G_2 = 1.0;
+    #   A_1 = 0.5 + 0.5 * 0.4 - 0.2 + 0.5 * 0.6 = 0.8, G_1 = 1.0
+    # low level (gamma = lam = 1): turn end gets G_k - V, the token before it V_end - V_t + that
+    rewards, values, mask, ends = bilevel_case()
+    adv, ret = compute_bilevel_gae(rewards, values, mask, ends, gamma=1.0, lam=1.0, turn_gamma=0.5, turn_lam=1.0)
+    assert adv.tolist()[0] == pytest.approx([0.0, 0.9, 0.8, 0.0, 0.7, 0.6])
+    assert ret.tolist()[0] == pytest.approx([0.0, 1.0, 1.0, 0.0, 1.0, 1.0])
+
+
+def test_bilevel_gae_token_discounting_and_turn_lambda():
+    # turn_gamma 1, turn_lam 0: A_1 = 0.5 + 0.4 - 0.2 = 0.7 (one-step TD between turns), G_1 = 0.9; A_2 = 0.6, G_2 = 1.0
+    # gamma 0.5, lam 0.5 inside turn 1: A_2 = 0.7; delta_1 = 0.5 * 0.2 - 0.1 = 0; A_1 = 0 + 0.25 * 0.7 = 0.175
+    rewards, values, mask, ends = bilevel_case()
+    adv, ret = compute_bilevel_gae(rewards, values, mask, ends, gamma=0.5, lam=0.5, turn_gamma=1.0, turn_lam=0.0)
+    assert adv.tolist()[0] == pytest.approx([0.0, 0.175, 0.7, 0.0, 0.5 * 0.4 - 0.3 + 0.25 * 0.6, 0.6])
+    assert ret[0, 2].item() == pytest.approx(0.9)
+
+
+def test_bilevel_gae_sees_zero_reward_turns_and_rewards_after_the_last_turn():
+    # RAGEN finds turns by reward != 0; a turn that earned 0 is still a turn here, and the return placed on the
+    # sequence's last (env) token counts for the last turn.
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0]])
+    values = torch.tensor([[0.0, 0.1, 0.2, 0.0, 0.3, 0.4, 0.0]])
+    mask = torch.tensor([[False, True, True, False, True, True, False]])
+    ends = torch.tensor([[False, False, True, False, False, True, False]])
+    adv, ret = compute_bilevel_gae(rewards, values, mask, ends, gamma=1.0, lam=1.0, turn_gamma=1.0, turn_lam=1.0)
+    assert adv.tolist()[0] == pytest.approx([0.0, 1.9, 1.8, 0.0, 1.7, 1.6, 0.0])  # G = 2 on both turns
+    # with gamma = lam = 1 and one turn it is GAE restricted to the turn's tokens: A_t = R - V_t
+    one_turn = torch.tensor([[False, False, False, False, False, True, False]])
+    adv, _ = compute_bilevel_gae(rewards, values, mask, one_turn, gamma=1.0, lam=1.0, turn_gamma=0.5, turn_lam=1.0)
+    assert adv.tolist()[0] == pytest.approx([0.0, 1.9, 1.8, 0.0, 1.7, 1.6, 0.0])
+
+
+def test_bilevel_gae_keeps_in_turn_token_rewards_at_token_level():
+    # a KL-in-reward penalty on a sampled token inside turn 1 enters that token's delta, not the turn reward
+    rewards, values, mask, ends = bilevel_case()
+    rewards[0, 1] = -0.05
+    adv, _ = compute_bilevel_gae(rewards, values, mask, ends, gamma=1.0, lam=1.0, turn_gamma=0.5, turn_lam=1.0)
+    assert adv.tolist()[0] == pytest.approx([0.0, 0.85, 0.8, 0.0, 0.7, 0.6])

@@ -29,14 +29,15 @@ def setup():
 
 
 def settings(advantage="gae", **kw):
-    base = dict(advantage=advantage, gamma=1.0, lam=1.0, eps_low=0.2, eps_high=0.28, dual_clip=None,
+    base = dict(advantage=advantage, gamma=1.0, lam=1.0, turn_gamma=0.95, eps_low=0.2, eps_high=0.28, dual_clip=None,
                 entropy_coef=0.001, kl_loss=None, kl_coef=0.0, value_clip=0.5, aggregation="token-mean",
                 mini_batch_size=4, grad_clip=1.0)
     return UpdateSettings(**{**base, **kw})
 
 
-@pytest.mark.parametrize("loss_mask", ["assistant", "all"])
-def test_two_ppo_steps_change_the_weights(setup, loss_mask):
+@pytest.mark.parametrize("loss_mask,advantage", [("assistant", "gae"), ("all", "gae"), ("assistant", "bilevel_gae"),
+                                                 ("all", "bilevel_gae")])
+def test_two_ppo_steps_change_the_weights(setup, loss_mask, advantage):
     policy, trajectories = setup
     model = build_tiny_model(policy.tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
                              intermediate_size=64, max_positions=2048, seed=0).eval()
@@ -52,7 +53,7 @@ def test_two_ppo_steps_change_the_weights(setup, loss_mask):
     actor_opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
     for _ in range(2):
-        stats = update(model, critic, actor_opt, critic_opt, batch, settings())
+        stats = update(model, critic, actor_opt, critic_opt, batch, settings(advantage))
         assert all(torch.isfinite(torch.tensor(v)) for k, v in stats.items() if k != "critic/explained_var")
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert not torch.equal(critic_before, critic.score.weight)
