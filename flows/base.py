@@ -20,7 +20,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.common import cli_overrides, read_seeds, write_json
-from ragen.config import Config, flatten, load_config, to_dict
+from ragen.config import Config, load_config
 from ragen.envs import make_env
 from ragen.policy import Policy
 from ragen.policy.model import build_tiny_model, count_parameters, load_causal_lm, save_meta, save_model
@@ -116,10 +116,8 @@ def base(params: str = "params.yaml", overrides: list[str] | None = None, envs_d
     envs_path = Path(envs_dir)
     for tag in cfg.envs.tags:  # fail before any training when envgen has not run
         read_seeds(envs_path, tag, "val")
-    with MlflowTracker(cfg.tracking, stage="base", params=flatten(to_dict(cfg)),
-                       tags={"ragen.env_tags": ",".join(cfg.envs.tags), "ragen.model_source": cfg.model.source,
-                             "ragen.base_mode": cfg.base.mode}) as tracker:
-        tracker.log_dict(to_dict(cfg), "config.yaml")
+    with MlflowTracker.for_stage(cfg, "base", tags={"ragen.env_tags": ",".join(cfg.envs.tags),
+                                                    "ragen.base_mode": cfg.base.mode}) as tracker:
         if cfg.model.source == "tiny":
             policy = build_tiny(cfg, envs_path, tracker)
             meta = {"source": "tiny", "mode": cfg.base.mode}

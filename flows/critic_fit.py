@@ -14,7 +14,7 @@ from prefect import flow
 
 from flows.common import cli_overrides, write_json
 from ragen.batching import build_batch
-from ragen.config import flatten, load_config, to_dict
+from ragen.config import load_config
 from ragen.losses import explained_variance
 from ragen.policy import load_policy
 from ragen.policy.model import build_critic, save_meta, save_model
@@ -29,8 +29,7 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
                metrics_path: str = "metrics/critic_fit.json") -> dict[str, float]:
     cfg = load_config(params, overrides or [])
     trajectories = read_trajectories(rollouts)
-    with MlflowTracker(cfg.tracking, stage="critic_fit", params=flatten(to_dict(cfg)),
-                       tags={"ragen.env": cfg.train.env}) as tracker:
+    with MlflowTracker.for_stage(cfg, "critic_fit") as tracker:
         if cfg.algo.advantage != "gae":
             save_meta(out_dir, {"critic": "none", "advantage": cfg.algo.advantage})
             write_json(metrics_path, {})

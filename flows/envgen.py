@@ -13,7 +13,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.common import cli_overrides, staged_dir, write_json
-from ragen.config import flatten, load_config, to_dict
+from ragen.config import load_config, to_dict
 from ragen.instances import generate_instances, split_seeds, summarize_instances
 from ragen.tracking import MlflowTracker
 
@@ -34,9 +34,7 @@ def envgen(params: str = "params.yaml", overrides: list[str] | None = None,
     seeds = split_seeds(**{k: v for k, v in to_dict(cfg)["envs"].items() if k != "tags"})
     summary: dict[str, dict] = {}
     timing: dict[str, float] = {}
-    with MlflowTracker(cfg.tracking, stage="envgen", params=flatten(to_dict(cfg)),
-                       tags={"ragen.env_tags": ",".join(cfg.envs.tags)}) as tracker:
-        tracker.log_dict(to_dict(cfg), "config.yaml")
+    with MlflowTracker.for_stage(cfg, "envgen", tags={"ragen.env_tags": ",".join(cfg.envs.tags)}) as tracker:
         with staged_dir(out_dir) as staging:
             for tag in cfg.envs.tags:
                 start = time.perf_counter()

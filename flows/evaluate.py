@@ -15,11 +15,11 @@ from pathlib import Path
 from prefect import flow
 
 from flows.common import cli_overrides, read_ceilings, read_seeds, write_json
-from ragen.config import flatten, load_config, to_dict
+from ragen.config import load_config
 from ragen.evaluation import evaluate_policy
 from ragen.policy import load_policy
 from ragen.tracking import MlflowTracker
-from ragen.trajectory_io import write_trajectories
+from ragen.trajectory_io import sample_table, write_trajectories
 
 GENERALISATION = {
     "sokoban": ["sokoban_vocab", "sokoban_large", "frozen_lake"],
@@ -35,8 +35,7 @@ def evaluate(params: str = "params.yaml", overrides: list[str] | None = None, en
     tags = [cfg.train.env] + [t for t in GENERALISATION.get(cfg.train.env, []) if (Path(envs_dir) / t).exists()]
     results: dict[str, dict] = {}
     everything = []
-    with MlflowTracker(cfg.tracking, stage="evaluate", params=flatten(to_dict(cfg)),
-                       tags={"ragen.env": cfg.train.env}) as tracker:
+    with MlflowTracker.for_stage(cfg, "evaluate") as tracker:
         policy = load_policy(policy_dir, device=cfg.model.device, dtype=cfg.model.dtype)
         for tag in tags:
             for split in ("val", "test"):
@@ -56,6 +55,9 @@ def evaluate(params: str = "params.yaml", overrides: list[str] | None = None, en
                       f"{r['success_ceiling']:.3f} ({r['success_of_ceiling']:.1%}) | return {r['return_mean']:.3f}")
         tracker.log_metrics({f"eval/{tag}/{split}/{k}": v for tag, splits in results.items()
                              for split, r in splits.items() for k, v in r.items()})
+        tracker.log_to_pipeline({f"eval/{tag}/{split}/success_rate": r["success_rate"]
+                                 for tag, splits in results.items() for split, r in splits.items()})
+        tracker.log_table(sample_table(everything, limit=64), "samples/eval_trajectories.json")
         write_trajectories(trajectories_out, everything)
         write_json(metrics_path, results)
     return results

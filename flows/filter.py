@@ -8,7 +8,7 @@ from __future__ import annotations
 from prefect import flow
 
 from flows.common import cli_overrides, write_json
-from ragen.config import flatten, load_config, to_dict
+from ragen.config import load_config
 from ragen.tracking import MlflowTracker
 from ragen.train import select
 from ragen.trajectory_io import read_trajectories, write_trajectories
@@ -20,8 +20,7 @@ def filter_rollouts(params: str = "params.yaml", overrides: list[str] | None = N
                     metrics_path: str = "metrics/filter.json") -> dict[str, float]:
     cfg = load_config(params, overrides or [])
     trajectories = read_trajectories(rollouts)
-    with MlflowTracker(cfg.tracking, stage="filter", params=flatten(to_dict(cfg)),
-                       tags={"ragen.env": cfg.train.env}) as tracker:
+    with MlflowTracker.for_stage(cfg, "filter") as tracker:
         kept, _, metrics = select(cfg, trajectories)
         write_trajectories(out, kept)
         tracker.log_metrics(metrics)

@@ -9,13 +9,13 @@ import torch
 from prefect import flow
 
 from flows.common import cli_overrides, read_seeds, write_json
-from ragen.config import flatten, load_config, to_dict
+from ragen.config import load_config
 from ragen.policy import load_policy
 from ragen.tracking import MlflowTracker
 from ragen.filters import group_stds
 from ragen.train import collect
 from ragen.rollout import summarize
-from ragen.trajectory_io import write_trajectories
+from ragen.trajectory_io import sample_table, write_trajectories
 
 
 @flow(name="rollout")
@@ -24,8 +24,7 @@ def rollout(params: str = "params.yaml", overrides: list[str] | None = None, env
             metrics_path: str = "metrics/rollout.json") -> dict[str, float]:
     cfg = load_config(params, overrides or [])
     pool = read_seeds(envs_dir, cfg.train.env, "train")
-    with MlflowTracker(cfg.tracking, stage="rollout", params=flatten(to_dict(cfg)),
-                       tags={"ragen.env": cfg.train.env}) as tracker:
+    with MlflowTracker.for_stage(cfg, "rollout") as tracker:
         policy = load_policy(base_dir, device=cfg.model.device, dtype=cfg.model.dtype)
         trajectories = collect(cfg, policy, pool, step=0)
         _, stds = group_stds(torch.tensor([t.traj_return for t in trajectories]),
@@ -34,6 +33,7 @@ def rollout(params: str = "params.yaml", overrides: list[str] | None = None, env
         metrics |= {"rollout/in_group_std_mean": float(stds.mean()), "rollout/in_group_std_max": float(stds.max())}
         write_trajectories(out, trajectories)
         tracker.log_metrics(metrics)
+        tracker.log_table(sample_table(trajectories), "samples/base_rollouts.json")
         write_json(metrics_path, metrics)
         print(f"rollout | {cfg.train.env} | {len(trajectories)} trajectories | success "
               f"{metrics['rollout/success_rate']:.3f} | return {metrics['rollout/return_mean']:.3f}")

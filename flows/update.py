@@ -23,13 +23,13 @@ from prefect import flow
 
 from flows.common import cli_overrides, read_seeds, write_json
 from ragen.checkpoint import load_checkpoint, save_checkpoint
-from ragen.config import Config, flatten, load_config, to_dict
+from ragen.config import Config, load_config, to_dict
 from ragen.evaluation import evaluate_policy
 from ragen.policy import load_policy
 from ragen.policy.model import load_critic, read_meta, save_meta, save_model
 from ragen.tracking import MlflowTracker
 from ragen.train import Learner, train_step
-from ragen.trajectory_io import read_trajectories
+from ragen.trajectory_io import read_trajectories, sample_table
 
 PLOT_KEYS = ["step", "val_success", "rollout/success_rate", "rollout/return_mean", "rollout/in_group_std_mean",
              "filter/kept_frac", "actor/entropy", "actor/grad_norm", "actor/pg_loss", "critic/value_loss"]
@@ -80,10 +80,7 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
         meta = load_checkpoint(ckpt, models=models, optimizers=optimizers)
         start_step, history = meta["step"], meta["history"]
         print(f"update | resuming from the checkpoint after step {start_step}")
-    tags = {"ragen.env": cfg.train.env, "ragen.algo": cfg.algo.advantage, "ragen.keep_ratio": str(cfg.filter.keep_ratio),
-            "ragen.seed": str(cfg.train.seed)}
-    with MlflowTracker(cfg.tracking, stage="update", params=flatten(to_dict(cfg)), tags=tags) as tracker:
-        tracker.log_dict(to_dict(cfg), "config.yaml")
+    with MlflowTracker.for_stage(cfg, "update") as tracker:
         for row in history:  # a resumed run carries the earlier steps' metrics
             tracker.log_metrics({k: v for k, v in row.items() if k != "step"}, step=int(row["step"]))
         begin = time.perf_counter()
@@ -107,14 +104,16 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
                                 meta={"step": step + 1, "digest": digest, "history": history})
             if stop_after is not None and step + 1 - start_step >= stop_after:
                 return {}
-        summary, _ = evaluate_policy(learner.policy, cfg.train.env, val_seeds, cfg.rollout,
-                                     temperature=cfg.eval.temperature, seed=cfg.train.seed)
+        summary, val_trajectories = evaluate_policy(learner.policy, cfg.train.env, val_seeds, cfg.rollout,
+                                                    temperature=cfg.eval.temperature, seed=cfg.train.seed)
         final = {f"val/{cfg.train.env}/success": summary["success_rate"], "train/steps": cfg.train.steps}
         online = history[1:] or history  # step 0 trains on the stage-filter batch and rolls nothing out
         for key in ("timing/rollout_s", "timing/score_s", "timing/update_s", "perf/rollout_tokens_per_s",
                     "perf/update_tokens_per_s"):
             final[f"{key}_mean"] = sum(row[key] for row in online) / len(online)
         tracker.log_metrics({f"val/{cfg.train.env}/success": summary["success_rate"]}, step=cfg.train.steps)
+        tracker.log_to_pipeline({f"val/{cfg.train.env}/success": summary["success_rate"]}, step=cfg.train.steps)
+        tracker.log_table(sample_table(val_trajectories), "samples/final_val_trajectories.json")
         save_model(learner.policy.model, policy_dir, tokenizer=learner.policy.tokenizer,
                    meta={"source": "tiny" if read_meta(base_dir).get("source") == "tiny" else "trained",
                          "env": cfg.train.env, "steps": cfg.train.steps})

@@ -152,6 +152,10 @@ class TrackingConfig:
 
     uri: str = ""  # MLflow tracking URI; "" = $MLFLOW_TRACKING_URI if set, else sqlite in ./mlruns/
     experiment: str = "ragen"  # MLflow experiment name
+    pipeline_run: str = ""  # id shared by the stage runs of one pipeline run; "" = derived from config + git commit
+    parent_run_id: str = ""  # MLflow run that the pipeline run nests under (set by `ragen ablate`)
+    ablation_set: str = ""  # tag: the ablation set this run belongs to (set by `ragen ablate`)
+    variant: str = ""  # tag: the variant of the ablation set
 
 
 @dataclass

@@ -1,8 +1,14 @@
 """MLflow tracking: the only module that imports mlflow.
 
-A stage opens one run with `MlflowTracker(cfg.tracking, stage=...)` used as a context manager; the library
+A stage opens one run with `MlflowTracker.for_stage(cfg, "stage")` used as a context manager; the library
 returns plain metric dicts and the flow logs them with `tracker.log_metrics(metrics, step)`. `NullTracker` has the
 same methods and does nothing, so code never branches on whether tracking is on.
+
+Runs are found by tags: ragen.stage, ragen.preset, ragen.env, ragen.seed, ragen.pipeline_run, ragen.ablation_set,
+ragen.variant, ragen.git_commit, and dvc.exp_name under `dvc exp run`. The stage runs of one pipeline run nest
+under one parent run (ragen.stage = pipeline) that carries the same params and tags; `ragen ablate` nests each
+variant's pipeline run under the ablation set's run. A pipeline run is identified by `tracking.pipeline_run`, or
+else by a digest of the resolved config and the git commit, so the stages of one `dvc repro` find the same parent.
 
 The default store is the local `mlruns/` folder: `sqlite:///<root>/mlruns/mlflow.db` with artifacts under
 `mlruns/artifacts/`. `tracking.uri` in params.yaml, or else $MLFLOW_TRACKING_URI, replaces it.
@@ -10,6 +16,8 @@ The default store is the local `mlruns/` folder: `sqlite:///<root>/mlruns/mlflow
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import subprocess
@@ -25,12 +33,10 @@ logging.getLogger("alembic").setLevel(logging.WARNING)
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from ragen.config import TrackingConfig  # noqa: E402
+from ragen.config import Config, TrackingConfig, flatten, to_dict  # noqa: E402
 
 MAX_PARAM_CHARS = 6000
 PASSTHROUGH_ENV_TAGS = {  # environment variable -> tag
-    "RAGEN_PIPELINE_RUN_ID": "ragen.pipeline_run",
-    "RAGEN_ABLATION_SET": "ragen.ablation_set",
     "DVC_STAGE": "dvc.stage",
     "DVC_EXP_NAME": "dvc.exp_name",
     "DVC_EXP_BASELINE_REV": "dvc.exp_baseline_rev",
@@ -73,39 +79,113 @@ def git_commit(root: Path) -> str:
     return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
+def preset_of(config: Config) -> str:
+    """The name of the preset whose every key matches the config (starpo_s, starpo_ppo, starpo_grpo), or custom."""
+    from ragen.presets import PRESETS
+
+    flat = flatten(to_dict(config))
+    for name, overrides in PRESETS.items():
+        if all(str(flat[key]) == value for key, value in (item.split("=", 1) for item in overrides)):
+            return name
+    return "custom"
+
+
+def pipeline_run_id(config: Config, root: Path) -> str:
+    """`tracking.pipeline_run`, $RAGEN_PIPELINE_RUN, or a digest of the resolved config (tracking aside) and the
+    git commit."""
+    if config.tracking.pipeline_run or os.environ.get("RAGEN_PIPELINE_RUN"):
+        return config.tracking.pipeline_run or os.environ["RAGEN_PIPELINE_RUN"]
+    relevant = {k: v for k, v in to_dict(config).items() if k != "tracking"}
+    digest = hashlib.sha256(json.dumps([relevant, git_commit(root)], sort_keys=True).encode()).hexdigest()
+    return f"p{digest[:12]}"
+
+
+def run_tags(config: Config) -> dict[str, str]:
+    """The tags every run of a pipeline carries (empty ones left out)."""
+    t = config.tracking
+    tags = {"ragen.preset": preset_of(config), "ragen.env": config.train.env, "ragen.seed": str(config.train.seed),
+            "ragen.algo": config.algo.advantage, "ragen.keep_ratio": str(config.filter.keep_ratio),
+            "ragen.model_source": config.model.source, "ragen.ablation_set": t.ablation_set, "ragen.variant": t.variant}
+    return {k: v for k, v in tags.items() if v}
+
+
+def ensure_experiment(client: MlflowClient, name: str, uri: str) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    location = None  # a local sqlite store keeps its artifacts beside it, e.g. mlruns/artifacts/
+    if uri.startswith("sqlite:///"):
+        location = (Path(uri.removeprefix("sqlite:///")).parent / "artifacts").as_uri()
+    return client.create_experiment(name, artifact_location=location)
+
+
 class MlflowTracker:
     """One MLflow run for one stage, tagged so that ablations and pipeline runs can be found and compared."""
 
     def __init__(self, cfg: TrackingConfig, *, stage: str, params: dict[str, Any] | None = None,
-                 tags: dict[str, str] | None = None, root: Path | None = None) -> None:
+                 tags: dict[str, str] | None = None, root: Path | None = None, pipeline_run: str = "",
+                 config: dict[str, Any] | None = None) -> None:
         self.root = (root or Path.cwd()).resolve()
         self.uri = resolve_tracking_uri(cfg, self.root)
         self.experiment = cfg.experiment
+        self.parent_run_id = cfg.parent_run_id
         self.stage = stage
         self.params = params or {}
         self.tags = tags or {}
+        self.pipeline_run = pipeline_run
+        self.config = config  # the resolved config, logged as the artifact config.yaml
         self.run_id: str | None = None
+        self.pipeline_run_id: str | None = None  # the MLflow id of the parent pipeline run
         self.client: MlflowClient | None = None
+
+    @classmethod
+    def for_stage(cls, config: Config, stage: str, tags: dict[str, str] | None = None,
+                  root: Path | None = None) -> MlflowTracker:
+        """A stage run: the flattened resolved config as params, the standard tags, nested in its pipeline run."""
+        root = (root or Path.cwd()).resolve()
+        return cls(config.tracking, stage=stage, params=flatten(to_dict(config)), root=root,
+                   tags=run_tags(config) | (tags or {}), pipeline_run=pipeline_run_id(config, root),
+                   config=to_dict(config))
 
     def __enter__(self) -> MlflowTracker:
         check_reachable(self.uri)
         self.client = MlflowClient(tracking_uri=self.uri)
-        experiment = self.client.get_experiment_by_name(self.experiment)
-        if experiment is None:
-            location = None  # a local sqlite store keeps its artifacts beside it, e.g. mlruns/artifacts/
-            if self.uri.startswith("sqlite:///"):
-                location = (Path(self.uri.removeprefix("sqlite:///")).parent / "artifacts").as_uri()
-            experiment_id = self.client.create_experiment(self.experiment, artifact_location=location)
-        else:
-            experiment_id = experiment.experiment_id
+        experiment_id = ensure_experiment(self.client, self.experiment, self.uri)
         tags = {"ragen.stage": self.stage, "ragen.git_commit": git_commit(self.root), **self.tags}
         tags.update({tag: os.environ[var] for var, tag in PASSTHROUGH_ENV_TAGS.items() if os.environ.get(var)})
+        if self.pipeline_run:
+            tags["ragen.pipeline_run"] = self.pipeline_run
+            self.pipeline_run_id = self._pipeline_parent(experiment_id, tags)
+            tags["mlflow.parentRunId"] = self.pipeline_run_id
+        elif self.parent_run_id:
+            tags["mlflow.parentRunId"] = self.parent_run_id
         run = self.client.create_run(experiment_id, tags=tags, run_name=f"{self.stage}-{time.strftime('%Y%m%d-%H%M%S')}")
         self.run_id = run.info.run_id
+        self._log_params(self.run_id)
+        if self.config is not None:
+            self.client.log_dict(self.run_id, self.config, "config.yaml")
+        return self
+
+    def _log_params(self, run_id: str) -> None:
         params = [Param(key, str(value)[:MAX_PARAM_CHARS]) for key, value in self.params.items()]
         for start in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
-            self.client.log_batch(self.run_id, params=params[start : start + 100])
-        return self
+            self.client.log_batch(run_id, params=params[start : start + 100])
+
+    def _pipeline_parent(self, experiment_id: str, stage_tags: dict[str, str]) -> str:
+        """The pipeline run's parent run: found by its tag, or created with the stage's params and tags."""
+        found = self.client.search_runs(
+            [experiment_id], max_results=1,
+            filter_string=f"tags.`ragen.pipeline_run` = '{self.pipeline_run}' and tags.`ragen.stage` = 'pipeline'")
+        if found:
+            return found[0].info.run_id
+        tags = {k: v for k, v in stage_tags.items() if k not in ("ragen.stage", "dvc.stage")} | {"ragen.stage": "pipeline"}
+        if self.parent_run_id:
+            tags["mlflow.parentRunId"] = self.parent_run_id
+        name = stage_tags.get("ragen.variant") or self.pipeline_run
+        run = self.client.create_run(experiment_id, tags=tags, run_name=f"pipeline-{name}")
+        self._log_params(run.info.run_id)
+        self.client.set_terminated(run.info.run_id, status="FINISHED")
+        return run.info.run_id
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.client is not None and self.run_id is not None:
@@ -123,6 +203,23 @@ class MlflowTracker:
 
     def set_tags(self, tags: dict[str, str]) -> None:
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_table(self, columns: dict[str, list], name: str) -> None:
+        """A table artifact (MLflow's json table format, shown as a table in the UI's artifact view)."""
+        import pandas as pd
+
+        self.client.log_table(self.run_id, data=pd.DataFrame(columns), artifact_file=name)
+
+    def log_file(self, path: str | Path, folder: str | None = None) -> None:
+        """A file already written (a PNG plot, a report) as an artifact."""
+        self.client.log_artifact(self.run_id, str(path), artifact_path=folder)
+
+    def log_to_pipeline(self, metrics: dict[str, float], step: int = 0) -> None:
+        """Headline metrics also on the parent pipeline run, so pipeline runs compare in one table."""
+        if self.pipeline_run_id:
+            now = int(time.time() * 1000)
+            self.client.log_batch(self.pipeline_run_id,
+                                  metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
 
 
 class NullTracker:
@@ -145,5 +242,14 @@ class NullTracker:
     def set_tags(self, tags: dict[str, str]) -> None:
         return None
 
+    def log_table(self, columns: dict[str, list], name: str) -> None:
+        return None
 
-__all__ = ["MlflowTracker", "NullTracker", "TrackingError", "resolve_tracking_uri"]
+    def log_file(self, path: str | Path, folder: str | None = None) -> None:
+        return None
+
+    def log_to_pipeline(self, metrics: dict[str, float], step: int = 0) -> None:
+        return None
+
+
+__all__ = ["MlflowTracker", "NullTracker", "TrackingError", "pipeline_run_id", "preset_of", "resolve_tracking_uri", "run_tags"]

@@ -55,3 +55,16 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; run the stage that writes it first (dvc repro)")
     return from_frame(pl.read_parquet(path))
+
+
+def sample_table(trajectories: Sequence[Trajectory], limit: int = 32) -> dict[str, list]:
+    """The first `limit` trajectories as readable columns (an MLflow table artifact): one row per trajectory."""
+    rows = list(trajectories)[:limit]
+    return {
+        "env": [t.tag for t in rows], "seed": [t.seed for t in rows], "group": [t.group_id for t in rows],
+        "success": [t.success for t in rows], "return": [round(t.traj_return, 4) for t in rows],
+        "turns": [len(t.turns) for t in rows], "end": [t.end_reason for t in rows],
+        "actions": [" | ".join(" || ".join(turn.actions) or "-" for turn in t.turns) for t in rows],
+        "first_state": [t.turns[0].state if t.turns else "" for t in rows],
+        "responses": ["\n---\n".join(turn.response for turn in t.turns) for t in rows],
+    }

@@ -57,8 +57,9 @@ def repo(tmp_path):
 def test_dvc_repro_then_nothing_to_do(repo):
     path, env = repo
     out = run(["dvc", "repro"], path, env)
-    for stage in ("envgen", "base", "rollout", "filter", "critic_fit", "update", "evaluate"):
+    for stage in ("envgen", "base", "rollout", "filter", "critic_fit", "update", "evaluate", "report"):
         assert f"Running stage '{stage}'" in out
+    assert "![curves](curves.png)" in (path / "reports/pipeline/report.md").read_text()
     assert (path / "models/base/model.safetensors").exists() and (path / "models/policy/model.safetensors").exists()
     for tag in ("sokoban", "frozen_lake", "countdown"):
         assert pl.read_parquet(path / "data/envs" / tag / "val.parquet").height == 4
@@ -71,16 +72,23 @@ def test_dvc_repro_then_nothing_to_do(repo):
     assert (path / "dvc.lock").read_text() == lock
 
     client = MlflowClient(tracking_uri=f"sqlite:///{path / 'mlruns/mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("ragen").experiment_id])
+    experiment = client.get_experiment_by_name("ragen").experiment_id
+    runs = client.search_runs([experiment], "tags.`ragen.stage` != 'pipeline'")
     assert sorted(r.data.tags["dvc.stage"] for r in runs).count("update") == 2
+    (parent,) = client.search_runs([experiment], "tags.`ragen.stage` = 'pipeline'")  # same config and commit
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
+    (report,) = client.search_runs([experiment], "tags.`ragen.stage` = 'report'", max_results=1)
+    assert {a.path for a in client.list_artifacts(report.info.run_id, "report")} >= {"report/report.md",
+                                                                                     "report/curves.png"}
 
     # a changed filter.keep_ratio reruns filter and what follows, nothing before it
     write_params(path, "filter.keep_ratio=1.0")
     out = run(["dvc", "repro"], path, env)
     for stage in ("envgen", "base"):
         assert f"Stage '{stage}' didn't change, skipping" in out
-    for stage in ("filter", "critic_fit", "update", "evaluate"):
+    for stage in ("filter", "critic_fit", "update", "evaluate", "report"):
         assert f"Running stage '{stage}'" in out
+    assert len(client.search_runs([experiment], "tags.`ragen.stage` = 'pipeline'")) == 2  # a new pipeline run
     write_params(path, "envs.val_size=5")
     out = run(["dvc", "repro"], path, env)
     assert "Running stage 'envgen'" in out and "Running stage 'base'" in out

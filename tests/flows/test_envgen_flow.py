@@ -36,9 +36,9 @@ def test_envgen_writes_tables_and_one_mlflow_run(prefect_harness, project):
 
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("ragen")
-    runs = client.search_runs([experiment.experiment_id])
-    assert len(runs) == 1
-    run = runs[0]
+    (parent,) = client.search_runs([experiment.experiment_id], "tags.`ragen.stage` = 'pipeline'")
+    (run,) = client.search_runs([experiment.experiment_id], "tags.`ragen.stage` != 'pipeline'")
+    assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert run.info.status == "FINISHED"
     assert run.data.tags["ragen.stage"] == "envgen"
     assert run.data.tags["ragen.env_tags"] == "sokoban,frozen_lake,bandit"

@@ -1,0 +1,172 @@
+"""`ragen ablate SET`: every run of an ablation set (ablations.yaml) as a full RL pipeline, then the set's report.
+
+Each run goes rollout -> filter -> critic_fit -> update -> evaluate -> report into ablations/<set>/<run>/ (file
+names as in metrics/), on the shared env tables and base policy of `dvc repro base`. Runs are Prefect tasks on the
+task runner that ablations.yaml's `runner:` names: a thread pool here, or an existing Dask / Ray cluster by
+configuration only. MLflow: one run for the set (ragen.stage = ablation), each run's pipeline run nested under it
+and each stage run under that, tagged ragen.ablation_set and ragen.variant. A run whose outputs already match its
+config is not run again, so a killed set resumes where it stopped.
+
+Run: `ragen ablate SET [--workers N] [--dry-run] [key=value ...]` or `python -m flows.ablate SET ...`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from flows.common import write_json
+from flows.critic_fit import critic_fit
+from flows.evaluate import evaluate
+from flows.filter import filter_rollouts
+from flows.report import report
+from flows.rollout import rollout
+from flows.update import config_digest, update_policy
+from ragen.ablation import AblationRun, AblationSet, RunnerSpec, expand_set, read_ablations, runner_spec
+from ragen.config import load_config
+from ragen.report import echo_trap, markdown_table, mean_series, plot_curves, read_steps_csv, to_series, write_text
+from ragen.tracking import MlflowTracker
+
+
+def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.yaml", envs_dir: str = "data/envs",
+                base_dir: str = "models/base", base_metrics: str = "metrics/base.json") -> dict[str, Any]:
+    """rollout -> filter -> critic_fit -> update -> evaluate -> report of one configuration into `out`.
+
+    Returns update's summary (val success, timings) and evaluate's results. Skipped, with the results read back,
+    when `out/done.json` records the same config digest.
+    """
+    overrides = list(overrides)
+    cfg = load_config(params, overrides)
+    digest = config_digest(cfg)
+    done = out / "done.json"
+    if done.exists() and json.loads(done.read_text()).get("digest") == digest:
+        print(f"ablate | {out} is up to date, not rerun")
+        return json.loads(done.read_text())["results"]
+    out.mkdir(parents=True, exist_ok=True)
+    common = dict(params=params, overrides=overrides)
+    rollout(**common, envs_dir=envs_dir, base_dir=base_dir, out=str(out / "base.parquet"),
+            metrics_path=str(out / "rollout.json"))
+    filter_rollouts(**common, rollouts=str(out / "base.parquet"), out=str(out / "filtered.parquet"),
+                    metrics_path=str(out / "filter.json"))
+    critic_fit(**common, base_dir=base_dir, rollouts=str(out / "filtered.parquet"), out_dir=str(out / "critic_warm"),
+               metrics_path=str(out / "critic_fit.json"))
+    trained = update_policy(**common, envs_dir=envs_dir, base_dir=base_dir, critic_dir=str(out / "critic_warm"),
+                            rollouts=str(out / "filtered.parquet"), policy_dir=str(out / "policy"),
+                            critic_out=str(out / "critic"), metrics_path=str(out / "train.json"),
+                            steps_csv=str(out / "train_steps.csv"), checkpoint_dir=str(out / "checkpoint"))
+    results = evaluate(**common, envs_dir=envs_dir, policy_dir=str(out / "policy"),
+                       metrics_path=str(out / "eval.json"), trajectories_out=str(out / "eval.parquet"))
+    if Path(base_metrics).exists():
+        shutil.copyfile(base_metrics, out / "base.json")
+        report(**common, metrics_dir=str(out), out_dir=str(out / "report"))
+    summary = {"env": cfg.train.env, "train": trained, "eval": results}
+    write_json(done, {"digest": digest, "results": summary})
+    return summary
+
+
+@task(cache_policy=NO_CACHE)
+def run_variant(run: AblationRun, set_name: str, out_root: str, params: str, parent_run_id: str,
+                stamp: str) -> dict[str, Any]:
+    tracking = [f"tracking.ablation_set={set_name}", f"tracking.variant={run.name}",
+                f"tracking.parent_run_id={parent_run_id}", f"tracking.pipeline_run={set_name}-{stamp}-{run.name}"]
+    return rl_pipeline([*run.overrides, *tracking], Path(out_root) / set_name / run.name, params=params)
+
+
+def task_runner(spec: RunnerSpec):
+    """Prefect task runner for the spec: threads here, or an existing Dask / Ray cluster."""
+    if spec.kind == "threads":
+        from prefect.task_runners import ThreadPoolTaskRunner
+
+        return ThreadPoolTaskRunner(max_workers=spec.workers or max(1, (os.cpu_count() or 2) // 2))
+    try:
+        if spec.kind == "dask":
+            from prefect_dask import DaskTaskRunner
+
+            return DaskTaskRunner(address=spec.address)
+        from prefect_ray import RayTaskRunner
+
+        return RayTaskRunner(address=spec.address)
+    except ImportError:
+        raise SystemExit(f"runner.kind {spec.kind} needs prefect-{spec.kind}: pip install prefect-{spec.kind}") from None
+
+
+def set_report(ablation: AblationSet, out_root: Path, results: dict[str, dict]) -> tuple[Path, list[Path]]:
+    """ablations/<set>/report.md and curves: one curve per variant (mean over its seeds, min-max band)."""
+    out = out_root / ablation.name
+    by_variant: dict[str, list[AblationRun]] = {}
+    for run in ablation.runs:
+        by_variant.setdefault(run.variant, []).append(run)
+    series, rows = [], []
+    for variant, runs in by_variant.items():
+        per_run = [to_series(run.name, read_steps_csv(out / run.name / "train_steps.csv")) for run in runs]
+        series.append(mean_series(variant, per_run))
+        env = results[runs[0].name]["env"]
+        row: list[object] = [variant, env, len(runs)]
+        for split in ("val", "test"):
+            values = [results[run.name]["eval"][env][split]["success_rate"] for run in runs]
+            row += [statistics.mean(values), statistics.stdev(values) if len(values) > 1 else math.nan]
+        row += [results[runs[0].name]["eval"][env]["val"]["success_ceiling"],
+                "; ".join(sorted({str(echo_trap(s)["verdict"]) for s in per_run}))]
+        rows.append(row)
+    pngs = plot_curves(series, out / "plots", f"ablation set {ablation.name}")
+    text = "\n".join([
+        f"# Ablation set `{ablation.name}`", "", ablation.description, "",
+        markdown_table(["variant", "env", "runs", "val success", "sd", "test success", "sd", "val ceiling",
+                        "echo trap marker"], rows),
+        "", "Curves: the mean over a variant's seeds, the band its min and max; dotted lines mark reward-std "
+        "collapse (ragen/report.py).", "", f"![curves](plots/{pngs[0].name})", "",
+        "Runs:", "", *[f"- `{run.name}`: {' '.join(run.overrides)}" for run in ablation.runs], ""])
+    write_text(out / "report.md", text)
+    return out / "report.md", pngs
+
+
+@flow(name="ablate")
+def ablate(set_name: str, extra: list[str] | None = None, ablations: str = "ablations.yaml",
+           params: str = "params.yaml", out_root: str = "ablations", runner: str | None = None,
+           workers: int | None = None, address: str | None = None) -> dict[str, dict]:
+    data = read_ablations(ablations)
+    ablation = expand_set(data, set_name, params=params, extra=extra or [])  # every knob checked before any work
+    spec = runner_spec(data, kind=runner, workers=workers, address=address)
+    for needed in ("data/envs", "models/base"):
+        if not Path(needed).exists():
+            raise FileNotFoundError(f"{needed} is missing: variants share the base pipeline; run `dvc repro base` first")
+    cfg = load_config(params, [])
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    print(f"ablate | {set_name}: {len(ablation.runs)} runs on {spec.kind} "
+          f"({spec.workers or 'auto'} workers{', ' + spec.address if spec.address else ''})")
+    with MlflowTracker(cfg.tracking, stage="ablation", params={"ablation.set": set_name, "ablation.runs": len(ablation.runs),
+                                                               "ablation.extra": " ".join(extra or [])},
+                       tags={"ragen.ablation_set": set_name}) as tracker:
+        submit = run_variant.with_options(task_run_name=f"{set_name}/{{run.name}}")
+        futures = [submit.submit(run, set_name, out_root, params, tracker.run_id or "", stamp) for run in ablation.runs]
+        results = {run.name: future.result() for run, future in zip(ablation.runs, futures)}
+        report_path, pngs = set_report(ablation, Path(out_root), results)
+        for path in [report_path, *pngs]:
+            tracker.log_file(path, "report")
+        tracker.log_metrics({f"{name}/val_success": r["eval"][r["env"]]["val"]["success_rate"]
+                             for name, r in results.items()})
+        print(f"ablate | {set_name} done | report {report_path}")
+    return results
+
+
+def run_ablation(set_name: str, extra: Sequence[str] = (), *, runner: str | None = None, workers: int | None = None,
+                 address: str | None = None, ablations: str = "ablations.yaml") -> dict[str, dict]:
+    """The flow on the task runner the file (or the arguments) name."""
+    spec = runner_spec(read_ablations(ablations), kind=runner, workers=workers, address=address)
+    return ablate.with_options(task_runner=task_runner(spec))(
+        set_name, list(extra), ablations=ablations, runner=runner, workers=workers, address=address)
+
+
+if __name__ == "__main__":
+    import sys
+
+    run_ablation(sys.argv[1], sys.argv[2:])

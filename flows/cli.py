@@ -1,0 +1,115 @@
+"""The `ragen` command: the library's commands (`envs`, `play`) plus the pipeline's, which run Prefect flows.
+
+    ragen report [--ablation SET]                 the pipeline's report (stage report), or an ablation set's
+    ragen ablate SET [--workers N] [--runner threads|dask|ray] [--address A] [--dry-run] [key=value ...]
+    ragen nightly run [--spec bench/nightly.yaml] [key=value ...]    once; exit 1 on a regression
+    ragen nightly serve [--spec ...] [--cron "0 3 * * *"]            the scheduled Prefect deployment
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import flows  # noqa: F401  (keeps Prefect's state inside the project)
+from ragen import cli as library_cli
+from ragen.ablation import AblationError, expand_set, read_ablations, runner_spec
+from ragen.baselines import NightlySpecError
+from ragen.config import ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = library_cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    rep = sub.add_parser("report", help="write the pipeline's report (reports/pipeline/) or an ablation set's")
+    rep.add_argument("--ablation", help="an ablation set already run with `ragen ablate SET`")
+    rep.add_argument("--ablations", default="ablations.yaml")
+    abl = sub.add_parser("ablate", help="run an ablation set of ablations.yaml, each variant a full RL pipeline")
+    abl.add_argument("set", help="ablation set name (see ablations.yaml)")
+    abl.add_argument("overrides", nargs="*", help="key=value for every variant, e.g. train.steps=10")
+    abl.add_argument("--ablations", default="ablations.yaml")
+    abl.add_argument("--workers", type=int, help="variants at a time (threads runner)")
+    abl.add_argument("--runner", choices=["threads", "dask", "ray"], help="task runner (default: the file's)")
+    abl.add_argument("--address", help="scheduler address of an existing Dask or Ray cluster")
+    abl.add_argument("--dry-run", action="store_true", help="list the runs and their overrides, run nothing")
+    night = sub.add_parser("nightly", help="the nightly benchmark matrix against its baselines")
+    night.add_argument("action", choices=["run", "serve"])
+    night.add_argument("overrides", nargs="*", help="key=value for every matrix entry (run only)")
+    night.add_argument("--spec", default="bench/nightly.yaml")
+    night.add_argument("--cron", help="cron schedule for serve (default: the spec's)")
+    return parser
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if args.ablation is None:
+        from flows.report import report
+
+        report()
+        return 0
+    import json
+    from pathlib import Path
+
+    from flows.ablate import set_report
+
+    ablation = expand_set(read_ablations(args.ablations), args.ablation)
+    results = {}
+    for run in ablation.runs:
+        done = Path("ablations") / ablation.name / run.name / "done.json"
+        if not done.exists():
+            print(f"ragen report: {done} is missing; run `ragen ablate {ablation.name}` first", file=sys.stderr)
+            return 2
+        results[run.name] = json.loads(done.read_text())["results"]
+    path, _ = set_report(ablation, Path("ablations"), results)
+    print(f"report | {path}")
+    return 0
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    data = read_ablations(args.ablations)
+    ablation = expand_set(data, args.set, extra=args.overrides)
+    spec = runner_spec(data, kind=args.runner, workers=args.workers, address=args.address)
+    if args.dry_run:
+        print(f"{ablation.name}: {ablation.description}\nrunner: {spec.kind}, workers {spec.workers or 'auto'}")
+        for run in ablation.runs:
+            print(f"  {run.name:<24} {' '.join(run.overrides)}")
+        return 0
+    from flows.ablate import run_ablation
+
+    run_ablation(args.set, args.overrides, runner=args.runner, workers=args.workers, address=args.address,
+                 ablations=args.ablations)
+    return 0
+
+
+def cmd_nightly(args: argparse.Namespace) -> int:
+    from flows.nightly import RegressionError, nightly, serve
+
+    if args.action == "serve":
+        serve(args.spec, args.cron)
+        return 0
+    try:
+        nightly(spec=args.spec, extra=args.overrides)
+    except RegressionError as error:
+        print(f"ragen nightly: regression against the baselines in {args.spec}:\n{error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest:  # key=value after an option: argparse leaves them over
+        if not hasattr(args, "overrides") or any("=" not in item for item in rest):
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        args.overrides = [*args.overrides, *rest]
+    commands = {"report": cmd_report, "ablate": cmd_ablate, "nightly": cmd_nightly}
+    if args.command not in commands:
+        return library_cli.main(argv)
+    try:
+        return commands[args.command](args)
+    except (AblationError, ConfigError, NightlySpecError, FileNotFoundError) as error:
+        print(f"ragen {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Nightly benchmarks: the matrix of bench/nightly.yaml on a small budget, checked against recorded baselines.
+
+Each matrix entry is one RL pipeline run (flows.ablate.rl_pipeline) on the shared base policy into
+nightly/<stamp>/<entry>/; its figures (val and test success, seconds per step, sampled tokens per second) are
+logged to one MLflow run (ragen.stage = nightly) that the entries' pipeline runs nest under. A figure outside its
+baseline's bounds fails the flow loudly: the message names the metric, the baseline and the value, the MLflow run
+is tagged ragen.regression, and `ragen nightly run` exits non-zero.
+
+Schedule: `ragen nightly serve` serves this flow as the Prefect deployment `nightly/nightly` with the spec's cron
+(needs a running Prefect server: `prefect server start`, see README).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from prefect import flow
+
+from flows.ablate import rl_pipeline
+from ragen.baselines import Regression, check_baselines, read_nightly_spec
+from ragen.config import load_config
+from ragen.tracking import MlflowTracker
+
+DEPLOYMENT = "nightly"
+
+
+class RegressionError(RuntimeError):
+    """A nightly figure fell outside its baseline's bounds."""
+
+
+def entry_metrics(name: str, summary: dict) -> dict[str, float]:
+    env, train = summary["env"], summary["train"]
+    return {f"{name}/val_success": train[f"val/{env}/success"],
+            f"{name}/test_success": summary["eval"][env]["test"]["success_rate"],
+            f"{name}/seconds_per_step": sum(train[f"timing/{p}_s_mean"] for p in ("rollout", "score", "update")),
+            f"{name}/rollout_tokens_per_s": train["perf/rollout_tokens_per_s_mean"]}
+
+
+@flow(name="nightly")
+def nightly(spec: str = "bench/nightly.yaml", params: str = "params.yaml", out_root: str = "nightly",
+            extra: list[str] | None = None) -> dict[str, float]:
+    nightly_spec = read_nightly_spec(spec)
+    for name, overrides in nightly_spec.matrix.items():  # every entry's knobs checked before any work
+        load_config(params, [*overrides, *(extra or [])])
+    if not (Path("data/envs").exists() and Path("models/base").exists()):
+        print("nightly | no base policy yet: dvc repro base")
+        subprocess.run(["dvc", "repro", "base"], check=True)
+    cfg = load_config(params, [])
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    metrics: dict[str, float] = {}
+    with MlflowTracker(cfg.tracking, stage="nightly", params={"nightly.spec": spec, "nightly.stamp": stamp},
+                       tags={"ragen.nightly": stamp}) as tracker:
+        for name, overrides in nightly_spec.matrix.items():
+            tracking = [f"tracking.parent_run_id={tracker.run_id or ''}", f"tracking.variant={name}",
+                        f"tracking.pipeline_run=nightly-{stamp}-{name}"]
+            summary = rl_pipeline([*overrides, *(extra or []), *tracking], Path(out_root) / stamp / name,
+                                  params=params)
+            metrics |= entry_metrics(name, summary)
+        tracker.log_metrics(metrics)
+        regressions = check_baselines(metrics, nightly_spec.baselines)
+        tracker.set_tags({"ragen.regression": "; ".join(r.metric for r in regressions) or "none"})
+        for metric in metrics:
+            bound = nightly_spec.baselines.get(metric)
+            note = f"(baseline {bound.baseline:g})" if bound else ""
+            print(f"nightly | {metric:<40} {metrics[metric]:10.4g} {note}")
+        if regressions:
+            raise RegressionError("\n".join(r.message() for r in regressions))
+        print("nightly | no regression")
+    return metrics
+
+
+def serve(spec: str = "bench/nightly.yaml", cron: str | None = None) -> None:
+    """Serve the nightly deployment on the spec's cron schedule until interrupted."""
+    nightly.serve(name=DEPLOYMENT, cron=cron or read_nightly_spec(spec).schedule, parameters={"spec": spec})
+
+
+def deployment(spec: str = "bench/nightly.yaml", cron: str | None = None):
+    """The deployment object `serve` registers (for inspection and tests)."""
+    return nightly.to_deployment(name=DEPLOYMENT, cron=cron or read_nightly_spec(spec).schedule,
+                                 parameters={"spec": spec})
+
+
+__all__ = ["Regression", "RegressionError", "deployment", "nightly", "serve"]

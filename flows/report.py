@@ -1,0 +1,95 @@
+"""Stage report: a markdown report of one pipeline run with its training curves (PNG), also logged to MLflow.
+
+Reads the metrics the earlier stages wrote (base, rollout, filter, update's per-step csv, evaluate) and writes
+reports/pipeline/: report.md, curves.png (val success, in-group reward std, entropy, grad norm) and one PNG per
+curve, with the Echo Trap marker (ragen.report). Timings are left out so the report is the same on every rerun.
+`ragen report --ablation SET` writes the report of an ablation set (flows/ablate.py).
+
+Run: `python -m flows.report [key=value ...]` or `ragen report`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from prefect import flow
+
+from flows.common import cli_overrides
+from ragen.config import Config, load_config
+from ragen.report import echo_trap, markdown_table, plot_curves, read_steps_csv, to_series, write_text
+from ragen.tracking import MlflowTracker, preset_of
+
+
+def _read(path: Path) -> dict:
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; run the stage that writes it first (dvc repro)")
+    return json.loads(path.read_text())
+
+
+def pipeline_markdown(cfg: Config, metrics_dir: Path, steps_rows: list[dict[str, float]], figure: str) -> str:
+    base, rollout, filt = (_read(metrics_dir / f"{name}.json") for name in ("base", "rollout", "filter"))
+    train, evaluation = _read(metrics_dir / "train.json"), _read(metrics_dir / "eval.json")
+    env, series = cfg.train.env, to_series(cfg.train.env, steps_rows)
+    trap = echo_trap(series)
+    start = next((r["val_success"] for r in steps_rows if not math.isnan(r["val_success"])), math.nan)
+    final = train.get(f"val/{env}/success", math.nan)
+    lines = [
+        f"# RAGEN pipeline report: {env}, preset {preset_of(cfg)}",
+        "",
+        f"Policy `{cfg.model.source}`, {cfg.train.steps} steps of {cfg.train.groups} groups x {cfg.train.group_size} "
+        f"rollouts, filter keep_ratio {cfg.filter.keep_ratio} ({cfg.filter.mode}), advantage {cfg.algo.advantage}, "
+        f"clip {cfg.algo.clip_eps_low} / {cfg.algo.clip_eps_high}, KL {cfg.algo.kl}, seed {cfg.train.seed}.",
+        "",
+        "## Result",
+        "",
+        f"Val success of `{env}` at temperature {cfg.eval.temperature}: **{start:.3f} before RL -> {final:.3f} after "
+        f"{cfg.train.steps} steps**.",
+        "",
+        markdown_table(["env", "split", "success", "ceiling", "of ceiling", "return", "format-valid", "episodes"],
+                       [(tag, split, r["success_rate"], r["success_ceiling"], f"{r['success_of_ceiling']:.1%}",
+                         r["return_mean"], r["format_valid_rate"], r["episodes"])
+                        for tag, splits in evaluation.items() for split, r in splits.items()]),
+        "",
+        "## Training curves",
+        "",
+        f"![curves]({figure})",
+        "",
+        f"Echo Trap marker (reward std below {0.1:.0%} of its peak for good, entropy below half its start): "
+        f"{'none' if trap['collapse_step'] is None else 'step ' + str(trap['collapse_step'])} -> {trap['verdict']}.",
+        "",
+        "## Base policy (stage base, val split, rollout temperature)",
+        "",
+        markdown_table(["env", "format-valid", "success", "random-action success"],
+                       [(tag, r["format_valid_rate"], r["success_rate"], r["random_success_rate"])
+                        for tag, r in base.items()]),
+        "",
+        "## Base rollouts and filter (step 1 batch)",
+        "",
+        markdown_table(["metric", "value"], sorted({**rollout, **filt}.items())),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+@flow(name="report")
+def report(params: str = "params.yaml", overrides: list[str] | None = None, metrics_dir: str = "metrics",
+           out_dir: str = "reports/pipeline") -> str:
+    cfg = load_config(params, overrides or [])
+    metrics_path, out = Path(metrics_dir), Path(out_dir)
+    rows = read_steps_csv(metrics_path / "train_steps.csv")
+    with MlflowTracker.for_stage(cfg, "report") as tracker:
+        pngs = plot_curves([to_series(cfg.train.env, rows)], out, f"{cfg.train.env} | {preset_of(cfg)}")
+        text = pipeline_markdown(cfg, metrics_path, rows, pngs[0].name)
+        write_text(out / "report.md", text)
+        trap = echo_trap(to_series(cfg.train.env, rows))
+        tracker.set_tags({"ragen.echo_trap": trap["verdict"]})
+        for path in [out / "report.md", *pngs]:
+            tracker.log_file(path, "report")
+        print(f"report | {out / 'report.md'} | echo trap: {trap['verdict']}")
+    return str(out / "report.md")
+
+
+if __name__ == "__main__":
+    report(overrides=cli_overrides())

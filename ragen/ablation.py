@@ -1,0 +1,139 @@
+"""Ablation sets (ablations.yaml): named groups of variants, each variant a list of `key=value` overrides.
+
+    echo_trap:
+      description: vanilla StarPO against StarPO-S on one env over several seeds
+      common: [train.env=bandit]          # overrides for every variant
+      seeds: [0, 1, 2]                    # optional: every variant once per train.seed
+      variants:
+        starpo_grpo: [preset=starpo_grpo]
+        starpo_s: [preset=starpo_s]
+
+Every variant is checked against the config schema before anything runs (`expand_set` raises `AblationError`
+naming the set, the variant and the knob). Variants share the pipeline's env tables and base policy (stages
+envgen and base), so a variant may not change the sections those stages read (`envs`, `model`, `base`); such a
+change is its own pipeline: `dvc exp run -S key=value`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from omegaconf import OmegaConf
+
+from ragen.config import Config, ConfigError, load_config
+from ragen.presets import expand_presets
+
+SHARED_SECTIONS = ("envs", "model", "base")
+RUNNER_KINDS = ("threads", "dask", "ray")
+
+
+class AblationError(ValueError):
+    """A malformed ablation file or set, an unknown knob, or a knob the shared base policy fixes."""
+
+
+@dataclass(frozen=True)
+class AblationRun:
+    """One pipeline run of a set: `variant` (the name in the file), the seed it runs with, its overrides."""
+
+    name: str  # unique within the set, e.g. "starpo_s-s1"
+    variant: str
+    seed: int | None
+    overrides: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AblationSet:
+    name: str
+    description: str
+    runs: tuple[AblationRun, ...]
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    """How variants run: `threads` (Prefect's thread pool, `workers` at a time) or an existing Dask / Ray
+    cluster at `address` through prefect-dask / prefect-ray."""
+
+    kind: str = "threads"
+    workers: int = 0  # 0 = one variant per two CPU cores (at least one)
+    address: str = ""
+
+
+def read_ablations(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.exists():
+        raise AblationError(f"{path}: no such ablation file (run from the project root)")
+    try:
+        data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except Exception as error:
+        raise AblationError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise AblationError(f"{path}: expected a mapping of set names to sets")
+    return data
+
+
+def runner_spec(data: dict[str, Any], *, kind: str | None = None, workers: int | None = None,
+                address: str | None = None) -> RunnerSpec:
+    """The file's `runner:` section, with command-line values taking precedence."""
+    section = data.get("runner") or {}
+    unknown = set(section) - {"kind", "workers", "address"}
+    if unknown:
+        raise AblationError(f"runner: unknown key(s) {sorted(unknown)}; known: kind, workers, address")
+    spec = RunnerSpec(kind=kind or section.get("kind", "threads"),
+                      workers=int(workers if workers is not None else section.get("workers", 0)),
+                      address=address if address is not None else str(section.get("address", "")))
+    if spec.kind not in RUNNER_KINDS:
+        raise AblationError(f"runner.kind: {spec.kind!r} is not one of {', '.join(RUNNER_KINDS)}")
+    if spec.kind != "threads" and not spec.address:
+        raise AblationError(f"runner.kind {spec.kind} needs runner.address (the scheduler of an existing cluster)")
+    return spec
+
+
+def set_names(data: dict[str, Any]) -> list[str]:
+    return [name for name in data if name != "runner"]
+
+
+def expand_set(data: dict[str, Any], name: str, *, params: str | Path | None = "params.yaml",
+               extra: Sequence[str] = ()) -> AblationSet:
+    """The runs of set `name`, every one validated against the config (an unknown knob fails here, naming it)."""
+    if name not in set_names(data):
+        raise AblationError(f"unknown ablation set {name!r}; known sets: {', '.join(set_names(data))}")
+    spec = data[name]
+    if not isinstance(spec, dict) or not isinstance(spec.get("variants"), dict) or not spec["variants"]:
+        raise AblationError(f"ablation set {name!r} needs a non-empty mapping 'variants: {{name: [key=value, ...]}}'")
+    unknown = set(spec) - {"description", "common", "seeds", "variants"}
+    if unknown:
+        raise AblationError(f"ablation set {name!r}: unknown key(s) {sorted(unknown)}; "
+                            "known: description, common, seeds, variants")
+    common = [str(item) for item in spec.get("common") or []]
+    seeds = [int(s) for s in spec.get("seeds") or []]
+    runs = []
+    for variant, overrides in spec["variants"].items():
+        overrides = [str(item) for item in overrides or []]
+        for seed in seeds or [None]:
+            items = [*common, *overrides, *([f"train.seed={seed}"] if seed is not None else []), *extra]
+            check_overrides(name, variant, items, params)
+            run_name = f"{variant}-s{seed}" if seed is not None else str(variant)
+            runs.append(AblationRun(run_name, str(variant), seed, tuple(items)))
+    return AblationSet(name, str(spec.get("description", "")), tuple(runs))
+
+
+def check_overrides(set_name: str, variant: str, overrides: Sequence[str], params: str | Path | None) -> Config:
+    where = f"ablation set {set_name!r}, variant {variant!r}"
+    bad = [item for item in overrides if "=" not in item]
+    if bad:
+        raise AblationError(f"{where}: expected key=value overrides, got {bad}")
+    try:
+        keys = [item.split("=", 1)[0] for item in expand_presets(list(overrides))]
+    except KeyError as error:
+        raise AblationError(f"{where}: {error.args[0]}") from None
+    shared = [key for key in keys if key.split(".", 1)[0] in SHARED_SECTIONS]
+    if shared:
+        raise AblationError(f"{where}: {shared} change the shared base policy or env tables (sections "
+                            f"{', '.join(SHARED_SECTIONS)}); run such a change as its own pipeline: "
+                            f"dvc exp run -S {shared[0]}=...")
+    try:
+        return load_config(params, overrides)
+    except ConfigError as error:
+        raise AblationError(f"{where}: {error}") from None

@@ -1,0 +1,90 @@
+"""Nightly benchmark spec (bench/nightly.yaml) and regression checks against recorded baselines.
+
+    schedule: "0 3 * * *"                      # cron, for `ragen nightly serve`
+    matrix:                                    # entry -> overrides; each entry one RL pipeline run
+      bandit_starpo_s: [train.env=bandit, preset=starpo_s, train.steps=20]
+    baselines:                                 # "<entry>/<metric>" -> recorded value and the bounds it must keep
+      bandit_starpo_s/val_success: {baseline: 0.98, min: 0.85}
+      bandit_starpo_s/seconds_per_step: {baseline: 1.5, max: 4.0}
+
+A metric below its `min` or above its `max`, or missing from the run, is a regression.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+
+class NightlySpecError(ValueError):
+    """A malformed bench/nightly.yaml."""
+
+
+@dataclass(frozen=True)
+class Bound:
+    baseline: float
+    min: float | None = None
+    max: float | None = None
+
+
+@dataclass(frozen=True)
+class NightlySpec:
+    schedule: str
+    matrix: dict[str, list[str]]
+    baselines: dict[str, Bound]
+
+
+@dataclass(frozen=True)
+class Regression:
+    metric: str
+    value: float
+    bound: Bound
+
+    def message(self) -> str:
+        if math.isnan(self.value):
+            return f"REGRESSION {self.metric}: missing from the run (baseline {self.bound.baseline:g})"
+        limit = (f"below the minimum {self.bound.min:g}" if self.bound.min is not None and self.value < self.bound.min
+                 else f"above the maximum {self.bound.max:g}")
+        return f"REGRESSION {self.metric}: {self.value:.4g} is {limit} (baseline {self.bound.baseline:g})"
+
+
+def read_nightly_spec(path: str | Path) -> NightlySpec:
+    path = Path(path)
+    if not path.exists():
+        raise NightlySpecError(f"{path}: no such nightly spec")
+    try:
+        data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except Exception as error:
+        raise NightlySpecError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("matrix"), dict) or not data["matrix"]:
+        raise NightlySpecError(f"{path}: needs a non-empty 'matrix: {{entry: [key=value, ...]}}'")
+    baselines = {}
+    for metric, bound in (data.get("baselines") or {}).items():
+        if not isinstance(bound, dict) or "baseline" not in bound or not ({"min", "max"} & set(bound)):
+            raise NightlySpecError(f"{path}: baseline {metric!r} needs 'baseline' and at least one of 'min', 'max'")
+        entry = metric.split("/", 1)[0]
+        if entry not in data["matrix"]:
+            raise NightlySpecError(f"{path}: baseline {metric!r} names no matrix entry (entries: {', '.join(data['matrix'])})")
+        baselines[metric] = Bound(float(bound["baseline"]), _opt(bound.get("min")), _opt(bound.get("max")))
+    matrix = {name: [str(item) for item in items or []] for name, items in data["matrix"].items()}
+    return NightlySpec(str(data.get("schedule", "0 3 * * *")), matrix, baselines)
+
+
+def _opt(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def check_baselines(metrics: dict[str, float], baselines: dict[str, Bound]) -> list[Regression]:
+    """Every metric outside its bounds (or missing: NaN) as a Regression, in the spec's order."""
+    out = []
+    for metric, bound in baselines.items():
+        value = float(metrics.get(metric, math.nan))
+        low = bound.min is not None and value < bound.min
+        high = bound.max is not None and value > bound.max
+        if math.isnan(value) or low or high:
+            out.append(Regression(metric, value, bound))
+    return out

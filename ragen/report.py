@@ -1,0 +1,164 @@
+"""Reports: training curves as PNG (matplotlib) and a markdown summary, for one pipeline run or an ablation set.
+
+A run's curves come from its per-step csv (stage update's metrics/train_steps.csv); several runs are drawn on the
+same axes, so StarPO and StarPO-S (or any ablation's variants) compare side by side. Variants that differ only by
+seed are averaged into one curve with a min-max band.
+
+Echo Trap marker (RAGEN section 4): the step where the in-group reward std has fallen below `STD_DROP` of its peak
+and stays there while the entropy is below `ENTROPY_DROP` of its start: the rollouts of a group have become the
+same. It is called a trap when validation success then ends clearly below its best (a collapse), and a
+convergence when success stays at its best.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+CURVES = {  # csv column -> plot title
+    "val_success": "val success",
+    "rollout/in_group_std_mean": "in-group reward std",
+    "actor/entropy": "entropy",
+    "actor/grad_norm": "grad norm",
+}
+STD_DROP = 0.1
+ENTROPY_DROP = 0.5
+COLLAPSE_MARGIN = 0.1
+
+
+@dataclass(frozen=True)
+class Series:
+    """One curve per metric for one run (or the mean of several seeds: `lo`/`hi` hold the band)."""
+
+    label: str
+    steps: list[int]
+    values: dict[str, list[float]]
+    lo: dict[str, list[float]] | None = None
+    hi: dict[str, list[float]] | None = None
+
+
+def read_steps_csv(path: str | Path) -> list[dict[str, float]]:
+    """The per-step csv of stage update -> rows of floats (empty cells are NaN)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; run stage update first (dvc repro update)")
+    with open(path, newline="") as handle:
+        return [{k: float(v) if v not in ("", None) else math.nan for k, v in row.items()}
+                for row in csv.DictReader(handle)]
+
+
+def to_series(label: str, rows: Sequence[dict[str, float]]) -> Series:
+    return Series(label, [int(r["step"]) for r in rows], {k: [r.get(k, math.nan) for r in rows] for k in CURVES})
+
+
+def mean_series(label: str, runs: Sequence[Series]) -> Series:
+    """Mean over runs (seeds) per step, over the steps all runs have; band = min and max."""
+    if len(runs) == 1:
+        return Series(label, runs[0].steps, runs[0].values)
+    length = min(len(r.steps) for r in runs)
+    values, lo, hi = {}, {}, {}
+    for key in CURVES:
+        columns = list(zip(*(r.values[key][:length] for r in runs)))
+        values[key] = [sum(c) / len(c) for c in columns]
+        lo[key], hi[key] = [min(c) for c in columns], [max(c) for c in columns]
+    return Series(label, runs[0].steps[:length], values, lo, hi)
+
+
+def echo_trap(series: Series) -> dict[str, float | int | str | None]:
+    """The reward-std collapse step (or None), and whether success collapsed after it (trap) or not."""
+    std, entropy, success = (series.values[k] for k in ("rollout/in_group_std_mean", "actor/entropy", "val_success"))
+    clean = [s for s in std if not math.isnan(s)]
+    if not clean:
+        return {"collapse_step": None, "verdict": "no data"}
+    peak, start_entropy = max(clean), next((e for e in entropy if not math.isnan(e)), math.nan)
+    step = None
+    for i in range(len(std)):
+        after = [s for s in std[i:] if not math.isnan(s)]
+        if peak > 0 and after and max(after) < STD_DROP * peak and entropy[i] < ENTROPY_DROP * start_entropy:
+            step = series.steps[i]
+            break
+    valid = [s for s in success if not math.isnan(s)]
+    best, last = (max(valid), valid[-1]) if valid else (math.nan, math.nan)
+    if step is None:
+        verdict = "none"
+    else:
+        verdict = "echo trap (success collapsed)" if last < best - COLLAPSE_MARGIN else "converged (success held)"
+    return {"collapse_step": step, "verdict": verdict, "best_val_success": best, "final_val_success": last}
+
+
+def plot_curves(series: Sequence[Series], out_dir: str | Path, title: str) -> list[Path]:
+    """One PNG per metric (every series on the same axes) plus a 2x2 overview; returns the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    overview, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
+    for (key, name), overview_ax in zip(CURVES.items(), axes.flat):
+        figure, ax = plt.subplots(figsize=(6, 3.6), constrained_layout=True)
+        for target in (ax, overview_ax):
+            for s in series:
+                line, = target.plot(s.steps, s.values[key], label=s.label, linewidth=1.6)
+                if s.lo is not None:
+                    target.fill_between(s.steps, s.lo[key], s.hi[key], color=line.get_color(), alpha=0.15)
+                marker = echo_trap(s)["collapse_step"]
+                if marker is not None:
+                    target.axvline(marker, color=line.get_color(), linestyle=":", linewidth=1)
+            target.set_xlabel("step")
+            target.set_title(name)
+            target.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        path = out_dir / f"{key.replace('/', '_')}.png"
+        _save(figure, path)
+        plt.close(figure)
+        written.append(path)
+    axes.flat[0].legend(fontsize=8)
+    overview.suptitle(title)
+    path = out_dir / "curves.png"
+    _save(overview, path)
+    plt.close(overview)
+    return [path] + written
+
+
+def _save(figure, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        figure.savefig(tmp, dpi=110)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    def cell(value: object) -> str:
+        if isinstance(value, float):
+            return "-" if math.isnan(value) else f"{value:.3f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Atomic text write (temp file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

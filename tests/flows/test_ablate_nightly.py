@@ -1,0 +1,140 @@
+"""`ragen ablate`, `ragen report` and `ragen nightly` on a small project: real flows, MLflow and Prefect (slow)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from flows.base import base
+from flows.cli import main
+from flows.envgen import envgen
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = """\
+envs: {tags: [bandit, bandit_test], train_size: 16, val_size: 6, test_size: 4}
+model: {vocab_size: 320, hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, intermediate_size: 64}
+base: {tokenizer_episodes: 4, episodes_per_env: 16, steps: 6, batch_tokens: 800, warmup_steps: 2, eval_episodes: 2}
+rollout: {max_new_tokens: 16}
+critic: {warmup_epochs: 2}
+train: {env: bandit, steps: 3, groups: 4, group_size: 4, eval_every: 2, eval_episodes: 4, mini_batch_size: 8}
+eval: {episodes: 4}
+"""
+ABLATIONS = """\
+runner: {kind: threads, workers: 2}
+tiny:
+  description: a small echo-trap set
+  seeds: [0, 1]
+  variants:
+    grpo: [preset=starpo_grpo]
+    s: [preset=starpo_s]
+"""
+
+
+@pytest.fixture
+def small(prefect_harness, project):
+    cfg = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.create(SMALL))
+    OmegaConf.save(cfg, project / "params.yaml")
+    (project / "ablations.yaml").write_text(ABLATIONS)
+    envgen()
+    base()
+    return project
+
+
+def client_for(project):
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    return client, client.get_experiment_by_name("ragen").experiment_id
+
+
+@pytest.mark.slow
+def test_ablation_set_runs_nests_reports_and_resumes(small, capsys):
+    assert main(["ablate", "tiny"]) == 0
+    out = small / "ablations" / "tiny"
+    for run in ("grpo-s0", "grpo-s1", "s-s0", "s-s1"):
+        assert json.loads((out / run / "done.json").read_text())["results"]["env"] == "bandit"
+        assert (out / run / "report" / "report.md").exists()
+    text = (out / "report.md").read_text()
+    assert "| grpo | bandit | 2 |" in text and "| s | bandit | 2 |" in text
+    assert (out / "plots" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+    client, experiment = client_for(small)
+    (set_run,) = client.search_runs([experiment], "tags.`ragen.stage` = 'ablation'")
+    pipelines = client.search_runs([experiment],
+                                   "tags.`ragen.stage` = 'pipeline' and tags.`ragen.ablation_set` = 'tiny'")
+    assert sorted(p.data.tags["ragen.variant"] for p in pipelines) == ["grpo-s0", "grpo-s1", "s-s0", "s-s1"]
+    assert {p.data.tags["mlflow.parentRunId"] for p in pipelines} == {set_run.info.run_id}
+    updates = client.search_runs([experiment], "tags.`ragen.stage` = 'update' and tags.`ragen.ablation_set` = 'tiny'")
+    assert len(updates) == 4 and {u.data.tags["ragen.preset"] for u in updates} == {"starpo_grpo", "starpo_s"}
+    assert {u.data.tags["mlflow.parentRunId"] for u in updates} == {p.info.run_id for p in pipelines}
+    assert len(client.get_metric_history(updates[0].info.run_id, "actor/entropy")) == 3
+    evaluate = client.search_runs([experiment], "tags.`ragen.stage` = 'evaluate'", max_results=1)[0]
+    assert "samples/eval_trajectories.json" in {a.path for a in client.list_artifacts(evaluate.info.run_id, "samples")}
+    assert "report/curves.png" in {a.path for a in client.list_artifacts(set_run.info.run_id, "report")}
+
+    # a second call finds every run done and only rewrites the report; `ragen report --ablation` too
+    assert main(["ablate", "tiny"]) == 0
+    assert "is up to date, not rerun" in capsys.readouterr().out
+    assert len(client.search_runs([experiment], "tags.`ragen.stage` = 'update'")) == 4
+    (out / "report.md").unlink()
+    assert main(["report", "--ablation", "tiny"]) == 0 and (out / "report.md").exists()
+
+
+@pytest.mark.slow
+def test_unknown_knob_fails_before_anything_runs(small, capsys):
+    assert main(["ablate", "tiny", "algo.clip_hi=0.3"]) == 2
+    assert "unknown key 'algo.clip_hi'" in capsys.readouterr().err
+    assert not (small / "ablations").exists()
+
+
+def write_spec(project, minimum):
+    spec = project / "nightly.yaml"
+    spec.write_text(f"schedule: '15 4 * * *'\nmatrix:\n  bandit_s: [preset=starpo_s]\n"
+                    f"baselines:\n  bandit_s/val_success: {{baseline: 0.5, min: {minimum}}}\n"
+                    f"  bandit_s/seconds_per_step: {{baseline: 1.0, max: 1000}}\n")
+    return str(spec)
+
+
+@pytest.mark.slow
+def test_nightly_passes_then_flags_a_regression(small, capsys):
+    assert main(["nightly", "run", "--spec", write_spec(small, 0.0)]) == 0
+    assert "no regression" in capsys.readouterr().out
+    assert main(["nightly", "run", "--spec", write_spec(small, 2.0)]) == 1
+    err = capsys.readouterr().err
+    assert "REGRESSION bandit_s/val_success:" in err and "below the minimum 2 (baseline 0.5)" in err
+    client, experiment = client_for(small)
+    runs = client.search_runs([experiment], "tags.`ragen.stage` = 'nightly'", order_by=["attributes.start_time"])
+    assert [r.data.tags["ragen.regression"] for r in runs] == ["none", "bandit_s/val_success"]
+    assert runs[1].info.status == "FAILED"
+    assert "bandit_s/rollout_tokens_per_s" in runs[0].data.metrics
+
+
+@pytest.mark.slow
+def test_nightly_deployment_carries_its_schedule_and_a_triggered_run_completes(small):
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+    from prefect.runner import Runner
+
+    from flows.nightly import deployment, nightly
+
+    spec = write_spec(small, 0.0)
+    assert deployment(spec).schedules[0].schedule.cron == "15 4 * * *"
+
+    async def trigger_and_execute():
+        runner = Runner(name="nightly-test", query_seconds=1)
+        await runner.aadd_flow(nightly, name="nightly", cron="15 4 * * *", parameters={"spec": spec})
+        flow_run = await run_deployment("nightly/nightly", timeout=0)  # triggered now, besides the cron
+        await runner.start(run_once=True)  # picks the run up and executes it in a subprocess
+        async with get_client() as client:
+            for _ in range(600):
+                run = await client.read_flow_run(flow_run.id)
+                if run.state.is_final():
+                    return run
+                await asyncio.sleep(0.5)
+        return run
+
+    finished = asyncio.run(trigger_and_execute())
+    assert finished.state.is_completed(), finished.state
+    assert (small / "nightly").exists()

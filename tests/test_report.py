@@ -1,0 +1,58 @@
+"""Report helpers: seed means, the Echo Trap marker, PNG curves, markdown tables."""
+
+import math
+
+import pytest
+
+from ragen.report import CURVES, Series, echo_trap, markdown_table, mean_series, plot_curves, read_steps_csv, to_series
+
+
+def series(std, entropy, success, label="run"):
+    steps = list(range(len(std)))
+    values = {"rollout/in_group_std_mean": std, "actor/entropy": entropy, "val_success": success,
+              "actor/grad_norm": [1.0] * len(std)}
+    return Series(label, steps, values)
+
+
+def test_echo_trap_when_std_and_entropy_collapse_and_success_falls():
+    s = series(std=[0.4, 0.5, 0.3, 0.04, 0.01, 0.0], entropy=[1.0, 0.9, 0.6, 0.4, 0.2, 0.1],
+               success=[0.3, 0.6, 0.7, 0.5, 0.2, 0.1])
+    result = echo_trap(s)
+    assert result["collapse_step"] == 3 and result["verdict"] == "echo trap (success collapsed)"
+    assert result["best_val_success"] == 0.7 and result["final_val_success"] == 0.1
+
+
+def test_collapse_with_success_held_is_convergence_and_a_rebound_is_no_collapse():
+    held = series(std=[0.4, 0.2, 0.03, 0.0], entropy=[1.0, 0.6, 0.3, 0.2], success=[0.5, 0.9, 0.98, 0.99])
+    assert echo_trap(held)["verdict"] == "converged (success held)"
+    rebound = series(std=[0.4, 0.01, 0.3, 0.2], entropy=[1.0, 0.3, 0.3, 0.3], success=[0.5, 0.5, 0.5, 0.5])
+    assert echo_trap(rebound)["collapse_step"] is None and echo_trap(rebound)["verdict"] == "none"
+    entropy_kept = series(std=[0.4, 0.01, 0.0, 0.0], entropy=[1.0, 0.9, 0.9, 0.9], success=[0.5] * 4)
+    assert echo_trap(entropy_kept)["collapse_step"] is None
+
+
+def test_mean_series_averages_seeds_with_a_min_max_band():
+    a = series([0.2, 0.4, 0.6], [1.0, 1.0, 1.0], [0.0, 0.5, 1.0], "a")
+    b = series([0.4, 0.0], [0.0, 0.5], [1.0, 0.5], "b")
+    m = mean_series("ab", [a, b])
+    assert m.steps == [0, 1]
+    assert m.values["rollout/in_group_std_mean"] == pytest.approx([0.3, 0.2])
+    assert m.lo["actor/entropy"] == [0.0, 0.5] and m.hi["actor/entropy"] == [1.0, 1.0]
+
+
+def test_steps_csv_round_trip_and_pngs(tmp_path):
+    path = tmp_path / "steps.csv"
+    path.write_text("step,val_success,rollout/in_group_std_mean,actor/entropy,actor/grad_norm\n"
+                    "0,0.5,0.3,0.9,1.2\n1,,0.2,0.8,1.1\n")
+    rows = read_steps_csv(path)
+    assert rows[0]["val_success"] == 0.5 and math.isnan(rows[1]["val_success"])
+    written = plot_curves([to_series("x", rows), to_series("y", rows)], tmp_path / "plots", "title")
+    assert [p.name for p in written] == ["curves.png"] + [f"{k.replace('/', '_')}.png" for k in CURVES]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
+    with pytest.raises(FileNotFoundError, match="run stage update first"):
+        read_steps_csv(tmp_path / "missing.csv")
+
+
+def test_markdown_table():
+    assert markdown_table(["a", "b"], [("x", 0.12345), ("y", math.nan)]) == \
+        "| a | b |\n|---|---|\n| x | 0.123 |\n| y | - |"

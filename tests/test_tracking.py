@@ -1,0 +1,80 @@
+"""MLflow tracking: stage runs nest under one pipeline run, carry the standard tags, params and artifacts."""
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from ragen.config import load_config
+from ragen.tracking import MlflowTracker, TrackingError, pipeline_run_id, preset_of
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.delenv("RAGEN_PIPELINE_RUN", raising=False)
+    uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    return uri, MlflowClient(tracking_uri=uri)
+
+
+def config(uri, *overrides):
+    return load_config("params.yaml", [f"tracking.uri={uri}", *overrides])
+
+
+def runs(client, where=""):
+    experiment = client.get_experiment_by_name("ragen").experiment_id
+    return client.search_runs([experiment], where)
+
+
+def test_stage_runs_of_one_config_nest_under_one_pipeline_run(store, tmp_path):
+    uri, client = store
+    cfg = config(uri)
+    for stage in ("rollout", "update"):
+        with MlflowTracker.for_stage(cfg, stage, root=tmp_path) as tracker:
+            tracker.log_metrics({"val/bandit/success": 0.5}, step=3)
+            tracker.log_table({"env": ["bandit"], "success": [True]}, "samples/t.json")
+            tracker.log_to_pipeline({"val/bandit/success": 0.5})
+    (parent,) = runs(client, "tags.`ragen.stage` = 'pipeline'")
+    stages = runs(client, "tags.`ragen.stage` != 'pipeline'")
+    assert {r.data.tags["ragen.stage"] for r in stages} == {"rollout", "update"}
+    for run in stages:
+        tags = run.data.tags
+        assert tags["mlflow.parentRunId"] == parent.info.run_id
+        assert tags["ragen.pipeline_run"] == parent.data.tags["ragen.pipeline_run"] == pipeline_run_id(cfg, tmp_path)
+        assert tags["ragen.preset"] == "starpo_s" and tags["ragen.env"] == "bandit" and tags["ragen.seed"] == "0"
+        assert "ragen.git_commit" in tags
+        assert run.data.params["filter.keep_ratio"] == "0.25" and run.data.params["train.env"] == "bandit"
+        names = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"config.yaml", "samples"} <= names
+    assert parent.data.params["algo.clip_eps_high"] == "0.28"
+    assert parent.data.metrics["val/bandit/success"] == 0.5
+
+
+def test_another_config_is_another_pipeline_run_and_ablations_nest_one_level_up(store, tmp_path):
+    uri, client = store
+    with MlflowTracker(config(uri).tracking, stage="ablation", tags={"ragen.ablation_set": "clip"}) as set_run:
+        pass
+    for variant, eps in (("a", 0.2), ("b", 0.28)):
+        cfg = config(uri, f"algo.clip_eps_high={eps}", "tracking.ablation_set=clip", f"tracking.variant={variant}",
+                     f"tracking.parent_run_id={set_run.run_id}")
+        with MlflowTracker.for_stage(cfg, "update", root=tmp_path):
+            pass
+    pipelines = runs(client, "tags.`ragen.stage` = 'pipeline'")
+    assert len(pipelines) == 2
+    assert {p.data.tags["mlflow.parentRunId"] for p in pipelines} == {set_run.run_id}
+    assert {p.data.tags["ragen.variant"] for p in pipelines} == {"a", "b"}
+    assert {p.data.tags["ragen.preset"] for p in pipelines} == {"custom", "starpo_s"}
+    assert all(r.data.tags["ragen.ablation_set"] == "clip" for r in runs(client, "tags.`ragen.stage` = 'update'"))
+
+
+def test_preset_names_and_explicit_pipeline_ids(monkeypatch):
+    assert preset_of(load_config("params.yaml", ["preset=starpo_grpo"])) == "starpo_grpo"
+    assert preset_of(load_config("params.yaml", ["preset=starpo_ppo"])) == "starpo_ppo"
+    assert preset_of(load_config("params.yaml", ["filter.keep_ratio=0.5"])) == "custom"
+    cfg = load_config("params.yaml", [])
+    monkeypatch.setenv("RAGEN_PIPELINE_RUN", "nightly-1")
+    assert pipeline_run_id(cfg, None) == "nightly-1"
+    assert pipeline_run_id(load_config("params.yaml", ["tracking.pipeline_run=x"]), None) == "x"
+
+
+def test_unreachable_server_fails_before_any_work():
+    cfg = load_config("params.yaml", ["tracking.uri=http://127.0.0.1:9"])
+    with pytest.raises(TrackingError, match="did not answer"):
+        MlflowTracker.for_stage(cfg, "update").__enter__()
