@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# one local Prefect server for all stages instead of an ephemeral one per stage process (flows/server.py)
 run: setup
-	PATH="$(BIN):$$PATH" dvc repro
+	PATH="$(BIN):$$PATH" python -m flows.server -- dvc repro
 
 test: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
@@ -26,6 +27,7 @@ test: setup
 bench: setup
 	$(BIN)/python bench/bench_envs.py
 	$(BIN)/python bench/bench_sampling.py
+	$(BIN)/python bench/bench_overhead.py --noop
 
 clean:
 	rm -rf $(VENV) .prefect mlruns .pytest_cache

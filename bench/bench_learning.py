@@ -3,7 +3,7 @@
     python bench/bench_learning.py [--envs bandit frozen_lake sokoban] [--steps 40] [--preset starpo_s] [key=value ...]
 
 Needs `dvc repro base` first (data/envs and models/base). For each env it runs the rollout, filter, critic_fit,
-update and evaluate flows into .bench/<preset>/<env>/ (the pipeline's own outputs are untouched), then prints the
+update, evaluate and report flows (flows.ablate.rl_pipeline) into .bench/<preset>/<env>/ (the pipeline's own outputs are untouched), then prints the
 base policy's and the trained policy's val success, the solver ceiling and the trained success as a fraction of
 it, wall time, and seconds per training step split into rollout, scoring and update, with tokens per second.
 """
@@ -15,11 +15,7 @@ import csv
 import time
 from pathlib import Path
 
-from flows.critic_fit import critic_fit
-from flows.evaluate import evaluate
-from flows.filter import filter_rollouts
-from flows.rollout import rollout
-from flows.update import update_policy
+from flows.ablate import rl_pipeline
 
 
 def main() -> None:
@@ -34,18 +30,10 @@ def main() -> None:
         out = Path(".bench") / args.preset / env
         overrides = [f"preset={args.preset}", f"train.env={env}", f"train.steps={args.steps}", *args.overrides]
         start = time.perf_counter()
-        rollout(overrides=overrides, out=str(out / "base.parquet"), metrics_path=str(out / "rollout.json"))
-        filter_rollouts(overrides=overrides, rollouts=str(out / "base.parquet"), out=str(out / "filtered.parquet"),
-                        metrics_path=str(out / "filter.json"))
-        critic_fit(overrides=overrides, rollouts=str(out / "filtered.parquet"), out_dir=str(out / "critic_warm"),
-                   metrics_path=str(out / "critic_fit.json"))
-        trained = update_policy(overrides=overrides, critic_dir=str(out / "critic_warm"), rollouts=str(out / "filtered.parquet"),
-                      policy_dir=str(out / "policy"), critic_out=str(out / "critic"), metrics_path=str(out / "train.json"),
-                      steps_csv=str(out / "steps.csv"), checkpoint_dir=str(out / "checkpoint"))
-        results = evaluate(overrides=overrides, policy_dir=str(out / "policy"), metrics_path=str(out / "eval.json"),
-                           trajectories_out=str(out / "eval.parquet"))
+        summary = rl_pipeline(overrides, out, force=True)
+        trained, results = summary["train"], summary["eval"]
         wall = time.perf_counter() - start
-        steps = list(csv.DictReader(open(out / "steps.csv")))
+        steps = list(csv.DictReader(open(out / "train_steps.csv")))
         base_val = float(steps[0]["val_success"])
         val = results[env]["val"]
         rows.append((env, base_val, val["success_rate"], val["success_ceiling"], val["success_of_ceiling"], wall,

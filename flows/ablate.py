@@ -38,17 +38,18 @@ from ragen.tracking import MlflowTracker
 
 
 def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.yaml", envs_dir: str = "data/envs",
-                base_dir: str = "models/base", base_metrics: str = "metrics/base.json") -> dict[str, Any]:
+                base_dir: str = "models/base", base_metrics: str = "metrics/base.json", force: bool = False
+                ) -> dict[str, Any]:
     """rollout -> filter -> critic_fit -> update -> evaluate -> report of one configuration into `out`.
 
     Returns update's summary (val success, timings) and evaluate's results. Skipped, with the results read back,
-    when `out/done.json` records the same config digest.
+    when `out/done.json` records the same config digest (unless `force`).
     """
     overrides = list(overrides)
     cfg = load_config(params, overrides)
     digest = config_digest(cfg)
     done = out / "done.json"
-    if done.exists() and json.loads(done.read_text()).get("digest") == digest:
+    if not force and done.exists() and json.loads(done.read_text()).get("digest") == digest:
         print(f"ablate | {out} is up to date, not rerun")
         return json.loads(done.read_text())["results"]
     out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,99 @@
+"""Overhead of Prefect, MLflow and DVC against the stage work of the default pipeline; no-op `dvc repro` time.
+
+    python bench/bench_overhead.py            # dvc repro -f of the whole pipeline (~15 min on 2 cores), then no-ops
+    python bench/bench_overhead.py --noop     # only the no-op `dvc repro` timing
+
+The pipeline runs as `make run` runs it (one local Prefect server for all stages, flows/server.py). Stage work is
+the wall time inside each stage's MLflow run (the flow's body: reading inputs, training, writing outputs) minus
+that run's own MLflow calls, measured per stage from the run's start and end times; everything else of the
+`dvc repro -f` wall time is overhead: DVC (hashing, lock), process start and imports, the Prefect server and flow
+engine, MLflow run setup and logging. MLflow's own cost is measured separately by replaying each stage run's
+logging volume (params, metrics by step, artifacts) against a scratch store. Prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+STAGES = ["envgen", "base", "rollout", "filter", "critic_fit", "update", "evaluate", "report"]
+
+
+def run(cmd: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, check=True, env=os.environ | {"PATH": f"{BIN}:{os.environ['PATH']}"},
+                   stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def stage_runs(since_ms: int) -> dict[str, object]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{ROOT / 'mlruns' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("ragen").experiment_id
+    runs = client.search_runs([experiment], f"attributes.start_time >= {since_ms}", max_results=1000)
+    return {r.data.tags["ragen.stage"]: r for r in runs if r.data.tags.get("ragen.stage") in STAGES}
+
+
+def mlflow_replay_cost(run) -> float:
+    """Seconds to re-log one stage run's params, config, metric history and artifacts into a scratch store."""
+    from mlflow.tracking import MlflowClient
+
+    from ragen.config import load_config
+    from ragen.tracking import MlflowTracker
+
+    source = MlflowClient(tracking_uri=f"sqlite:///{ROOT / 'mlruns' / 'mlflow.db'}")
+    history = {key: source.get_metric_history(run.info.run_id, key) for key in run.data.metrics}
+    steps: dict[int, dict[str, float]] = {}
+    for key, points in history.items():
+        for point in points:
+            steps.setdefault(point.step, {})[key] = point.value
+    with tempfile.TemporaryDirectory() as scratch:
+        cfg = load_config(ROOT / "params.yaml", [f"tracking.uri=sqlite:///{scratch}/mlflow.db"])
+        MlflowTracker.for_stage(cfg, "warmup", root=ROOT).__enter__()  # schema creation is paid once per store
+        start = time.perf_counter()
+        with MlflowTracker.for_stage(cfg, run.data.tags["ragen.stage"], root=ROOT) as tracker:
+            for step, values in sorted(steps.items()):
+                tracker.log_metrics(values, step=step)
+            tracker.log_table({"a": list(range(32))}, "samples/replay.json")
+        return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--noop", action="store_true", help="only time no-op `dvc repro` calls")
+    args = parser.parse_args()
+    if not args.noop:
+        since = int(time.time() * 1000)
+        total = run([str(BIN / "python"), "-m", "flows.server", "--", "dvc", "repro", "-f"])
+        runs = stage_runs(since)
+        missing = [s for s in STAGES if s not in runs]
+        if missing:
+            raise SystemExit(f"no MLflow run found for stages {missing}")
+        print(f"\n# overhead | dvc repro -f of the default pipeline: {total:.1f} s wall on {os.cpu_count()} cores")
+        print(f"{'stage':<11} {'in run s':>9} {'mlflow s':>9} {'work s':>8}")
+        work_total = mlflow_total = 0.0
+        for stage in STAGES:
+            r = runs[stage]
+            inside = (r.info.end_time - r.info.start_time) / 1000
+            mlflow_s = mlflow_replay_cost(r)
+            work = max(inside - mlflow_s, 0.0)
+            work_total, mlflow_total = work_total + work, mlflow_total + mlflow_s
+            print(f"{stage:<11} {inside:>9.1f} {mlflow_s:>9.2f} {work:>8.1f}")
+        overhead = total - work_total
+        print(f"stage work {work_total:.1f} s | overhead {overhead:.1f} s = {overhead / work_total:.1%} of the work "
+              f"(MLflow logging {mlflow_total:.1f} s; DVC, processes, imports and Prefect {overhead - mlflow_total:.1f} s)")
+    noops = [run([str(BIN / "dvc"), "repro"]) for _ in range(3)]
+    print(f"no-op dvc repro: median {statistics.median(noops):.2f} s (runs: {', '.join(f'{t:.2f}' for t in noops)})")
+
+
+if __name__ == "__main__":
+    main()
