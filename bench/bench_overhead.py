@@ -4,16 +4,19 @@
     python bench/bench_overhead.py --noop     # only the no-op `dvc repro` timing
 
 The pipeline runs as `make run` runs it (one local Prefect server for all stages, flows/server.py). Stage work is
-the wall time inside each stage's MLflow run (the flow's body: reading inputs, training, writing outputs) minus
-that run's own MLflow calls, measured per stage from the run's start and end times; everything else of the
-`dvc repro -f` wall time is overhead: DVC (hashing, lock), process start and imports, the Prefect server and flow
-engine, MLflow run setup and logging. MLflow's own cost is measured separately by replaying each stage run's
-logging volume (params, metrics by step, artifacts) against a scratch store. Prints a table.
+(a) the wall time inside each stage's MLflow run (the flow's body: reading inputs, training, writing outputs)
+minus that run's own MLflow calls, which are measured by replaying the run's logging volume (params, config,
+metrics by step, a table) against a scratch store, plus (b) importing the libraries the stage computes with (the
+`ragen` modules the flow imports, with torch, transformers and polars; measured in a fresh process). Everything
+else of the `dvc repro -f` wall time is overhead of Prefect, MLflow and DVC: DVC's hashing and lock, the Prefect
+server, imports and flow engine, MLflow's imports, run setup and logging. Prints a table.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import json
 import os
 import statistics
 import subprocess
@@ -31,6 +34,23 @@ def run(cmd: list[str]) -> float:
     start = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True, env=os.environ | {"PATH": f"{BIN}:{os.environ['PATH']}"},
                    stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def work_import_seconds(stage: str, repeats: int = 3) -> float:
+    """Fresh-process time to import the `ragen` modules flows/<stage>.py computes with (not ragen.tracking)."""
+    tree = ast.parse((ROOT / "flows" / f"{stage}.py").read_text())
+    modules = sorted({node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+                      and node.module.startswith("ragen") and node.module != "ragen.tracking"})
+    code = "; ".join(f"import {m}" for m in modules) or "pass"
+    base = [run_quiet([sys.executable, "-c", "pass"]) for _ in range(repeats)]
+    full = [run_quiet([sys.executable, "-c", code]) for _ in range(repeats)]
+    return max(statistics.median(full) - statistics.median(base), 0.0)
+
+
+def run_quiet(cmd: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
@@ -70,24 +90,32 @@ def mlflow_replay_cost(run) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--noop", action="store_true", help="only time no-op `dvc repro` calls")
+    parser.add_argument("--reuse", action="store_true", help="the table of the last full run (.bench/overhead.json)")
     args = parser.parse_args()
+    record = ROOT / ".bench" / "overhead.json"
     if not args.noop:
-        since = int(time.time() * 1000)
-        total = run([str(BIN / "python"), "-m", "flows.server", "--", "dvc", "repro", "-f"])
+        if args.reuse:
+            since, total = (json.loads(record.read_text())[k] for k in ("since_ms", "total_s"))
+        else:
+            since = int(time.time() * 1000)
+            total = run([str(BIN / "python"), "-m", "flows.server", "--", "dvc", "repro", "-f"])
+            record.parent.mkdir(exist_ok=True)
+            record.write_text(json.dumps({"since_ms": since, "total_s": total}))
         runs = stage_runs(since)
         missing = [s for s in STAGES if s not in runs]
         if missing:
             raise SystemExit(f"no MLflow run found for stages {missing}")
         print(f"\n# overhead | dvc repro -f of the default pipeline: {total:.1f} s wall on {os.cpu_count()} cores")
-        print(f"{'stage':<11} {'in run s':>9} {'mlflow s':>9} {'work s':>8}")
+        print(f"{'stage':<11} {'in run s':>9} {'mlflow s':>9} {'imports s':>10} {'work s':>8}")
         work_total = mlflow_total = 0.0
         for stage in STAGES:
             r = runs[stage]
             inside = (r.info.end_time - r.info.start_time) / 1000
             mlflow_s = mlflow_replay_cost(r)
-            work = max(inside - mlflow_s, 0.0)
+            imports = work_import_seconds(stage)
+            work = max(inside - mlflow_s, 0.0) + imports
             work_total, mlflow_total = work_total + work, mlflow_total + mlflow_s
-            print(f"{stage:<11} {inside:>9.1f} {mlflow_s:>9.2f} {work:>8.1f}")
+            print(f"{stage:<11} {inside:>9.1f} {mlflow_s:>9.2f} {imports:>10.2f} {work:>8.1f}")
         overhead = total - work_total
         print(f"stage work {work_total:.1f} s | overhead {overhead:.1f} s = {overhead / work_total:.1%} of the work "
               f"(MLflow logging {mlflow_total:.1f} s; DVC, processes, imports and Prefect {overhead - mlflow_total:.1f} s)")

@@ -19,7 +19,7 @@ import torch
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.common import cli_overrides, read_seeds, write_json
+from flows.common import read_seeds, run_stage, write_json
 from ragen.config import Config, load_config
 from ragen.envs import make_env
 from ragen.policy import Policy
@@ -140,4 +140,4 @@ def base(params: str = "params.yaml", overrides: list[str] | None = None, envs_d
 
 
 if __name__ == "__main__":
-    base(overrides=cli_overrides())
+    run_stage(base)

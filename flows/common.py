@@ -7,7 +7,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ragen.fileio import staged_dir  # noqa: F401  (re-exported for the flows)
 
@@ -19,6 +19,18 @@ def cli_overrides(argv: list[str] | None = None) -> list[str]:
     if bad:
         raise SystemExit(f"expected key=value overrides (e.g. envs.val_size=64), got {bad}")
     return list(args)
+
+
+def run_stage(stage_flow: Callable[..., Any]) -> Any:
+    """`python -m flows.<stage> key=value ...`: the flow with the command line's overrides.
+
+    Without Prefect's flow heartbeat thread: joining it costs ~1 s per flow run, and a DVC stage's process is
+    supervised by DVC, not by Prefect's crashed-run detection (served deployments keep their heartbeats).
+    """
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        return stage_flow(overrides=cli_overrides())
 
 
 def write_json(path: str | Path, obj: Any) -> None:

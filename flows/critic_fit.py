@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from prefect import flow
 
-from flows.common import cli_overrides, write_json
+from flows.common import run_stage, write_json
 from ragen.batching import build_batch
 from ragen.config import load_config
 from ragen.losses import explained_variance
@@ -70,4 +70,4 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
 
 
 if __name__ == "__main__":
-    critic_fit(overrides=cli_overrides())
+    run_stage(critic_fit)

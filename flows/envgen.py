@@ -12,7 +12,7 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.common import cli_overrides, staged_dir, write_json
+from flows.common import run_stage, staged_dir, write_json
 from ragen.config import load_config, to_dict
 from ragen.instances import generate_instances, split_seeds, summarize_instances
 from ragen.tracking import MlflowTracker
@@ -53,4 +53,4 @@ def envgen(params: str = "params.yaml", overrides: list[str] | None = None,
 
 
 if __name__ == "__main__":
-    envgen(overrides=cli_overrides())
+    run_stage(envgen)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from prefect import flow
 
-from flows.common import cli_overrides, read_ceilings, read_seeds, write_json
+from flows.common import read_ceilings, read_seeds, run_stage, write_json
 from ragen.config import load_config
 from ragen.evaluation import evaluate_policy
 from ragen.policy import load_policy
@@ -64,4 +64,4 @@ def evaluate(params: str = "params.yaml", overrides: list[str] | None = None, en
 
 
 if __name__ == "__main__":
-    evaluate(overrides=cli_overrides())
+    run_stage(evaluate)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.common import cli_overrides, write_json
+from flows.common import run_stage, write_json
 from ragen.config import load_config
 from ragen.tracking import MlflowTracker
 from ragen.train import select
@@ -31,4 +31,4 @@ def filter_rollouts(params: str = "params.yaml", overrides: list[str] | None = N
 
 
 if __name__ == "__main__":
-    filter_rollouts(overrides=cli_overrides())
+    run_stage(filter_rollouts)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from prefect import flow
 
-from flows.common import cli_overrides
+from flows.common import run_stage
 from ragen.config import Config, load_config
 from ragen.report import echo_trap, markdown_table, plot_curves, read_steps_csv, to_series, write_text
 from ragen.tracking import MlflowTracker, preset_of
@@ -92,4 +92,4 @@ def report(params: str = "params.yaml", overrides: list[str] | None = None, metr
 
 
 if __name__ == "__main__":
-    report(overrides=cli_overrides())
+    run_stage(report)

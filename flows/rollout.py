@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from prefect import flow
 
-from flows.common import cli_overrides, read_seeds, write_json
+from flows.common import read_seeds, run_stage, write_json
 from ragen.config import load_config
 from ragen.policy import load_policy
 from ragen.tracking import MlflowTracker
@@ -41,4 +41,4 @@ def rollout(params: str = "params.yaml", overrides: list[str] | None = None, env
 
 
 if __name__ == "__main__":
-    rollout(overrides=cli_overrides())
+    run_stage(rollout)

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from prefect import flow
 
-from flows.common import cli_overrides, read_seeds, write_json
+from flows.common import read_seeds, run_stage, write_json
 from ragen.checkpoint import load_checkpoint, save_checkpoint
 from ragen.config import Config, load_config, to_dict
 from ragen.evaluation import evaluate_policy
@@ -143,4 +143,4 @@ def write_steps_csv(path: str, history: list[dict], env: str) -> None:
 
 
 if __name__ == "__main__":
-    update_policy(overrides=cli_overrides())
+    run_stage(update_policy)

@@ -94,3 +94,9 @@ def test_dvc_repro_then_nothing_to_do(repo):
     assert "Running stage 'envgen'" in out and "Running stage 'base'" in out
     assert pl.read_parquet(path / "data/envs/sokoban/val.parquet").height == 5
     assert "up to date" in run(["dvc", "status"], path, env)
+
+    # an ablation as a DVC experiment: `dvc exp run -S` reruns what the knob feeds, tagged with the experiment
+    out = run(["dvc", "exp", "run", "-S", "algo.clip_eps_high=0.2"], path, env)
+    assert "Running stage 'update'" in out and "Stage 'base' didn't change" in out
+    exp_runs = client.search_runs([experiment], "tags.`ragen.stage` = 'update' and tags.`dvc.exp_name` != ''")
+    assert exp_runs and exp_runs[0].data.params["algo.clip_eps_high"] == "0.2"
