@@ -3,7 +3,7 @@
     python bench/mlflow_ui_check.py [--set echo_trap] [--out .bench/mlflow_ui]
 
 Starts `mlflow server` on the local store (mlruns/), opens the experiment `ragen` filtered to the set's update runs
-in the chart view (one curve per run for every step metric) and the run list, saves PNG screenshots, stops the
+(one pipeline run per variant, carrying the step curves of its update stage) in the chart view and the run list, saves PNG screenshots, stops the
 server. Needs a browser: `apt-get install chromium` (or CHROMIUM=/path/to/chrome).
 """
 
@@ -35,7 +35,7 @@ def wait_for(url: str, timeout_s: float = 120.0) -> None:
 
 def screenshot(browser: str, url: str, path: Path) -> None:
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--window-size=1700,1150", "--virtual-time-budget=25000", f"--screenshot={path}", url],
+                    "--window-size=1700,1150", "--virtual-time-budget=90000", "--run-all-compositor-stages-before-draw", f"--screenshot={path}", url],
                    check=True, capture_output=True, timeout=180)
     print(f"screenshot {path} ({path.stat().st_size // 1024} KB)")
 
@@ -56,10 +56,11 @@ def main() -> None:
     experiment = client.get_experiment_by_name("ragen")
     if experiment is None:
         raise SystemExit("no experiment 'ragen' in mlruns/: run the pipeline first")
-    where = f"tags.`ragen.ablation_set` = '{args.set}' and tags.`ragen.stage` = 'update'"
+    client.set_experiment_tag(experiment.experiment_id, "mlflow.experimentKind", "custom_model_development")
+    where = f"tags.`ragen.ablation_set` = '{args.set}' and tags.`ragen.stage` = 'pipeline'"
     runs = client.search_runs([experiment.experiment_id], where)
     if not runs:
-        raise SystemExit(f"no update runs of ablation set {args.set!r}: run `ragen ablate {args.set}` first")
+        raise SystemExit(f"no pipeline runs of ablation set {args.set!r}: run `ragen ablate {args.set}` first")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
@@ -70,10 +71,10 @@ def main() -> None:
         base = f"http://127.0.0.1:{args.port}"
         wait_for(f"{base}/health")
         search = urllib.parse.quote(where.replace("`", ""))
-        page = f"{base}/#/experiments/{experiment.experiment_id}"
+        page = f"{base}/#/experiments/{experiment.experiment_id}/runs"
         screenshot(browser, f"{page}?searchFilter={search}&compareRunsMode=CHART", out / f"{args.set}_charts.png")
         screenshot(browser, f"{page}?searchFilter={search}", out / f"{args.set}_runs.png")
-        print(f"{len(runs)} update runs of {args.set}: {', '.join(sorted(r.data.tags.get('ragen.variant', '?') for r in runs))}")
+        print(f"{len(runs)} pipeline runs of {args.set}: {', '.join(sorted(r.data.tags.get('ragen.variant', '?') for r in runs))}")
     finally:
         server.terminate()
         server.wait(timeout=30)

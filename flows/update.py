@@ -31,6 +31,8 @@ from ragen.tracking import MlflowTracker
 from ragen.train import Learner, train_step
 from ragen.trajectory_io import read_trajectories, sample_table
 
+# step curves also logged on the parent pipeline run, so pipeline runs (ablation variants) chart side by side
+PIPELINE_CURVES = {"rollout/success_rate", "rollout/in_group_std_mean", "actor/entropy", "actor/grad_norm"}
 PLOT_KEYS = ["step", "val_success", "rollout/success_rate", "rollout/return_mean", "rollout/in_group_std_mean",
              "filter/kept_frac", "actor/entropy", "actor/grad_norm", "actor/pg_loss", "critic/value_loss"]
 
@@ -92,6 +94,8 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
                 metrics[f"val/{cfg.train.env}/success"] = summary["success_rate"]
             metrics |= train_step(cfg, learner, pool, step, first_batch=first_batch if step == 0 else None)
             tracker.log_metrics(metrics, step=step)
+            tracker.log_to_pipeline({k: v for k, v in metrics.items() if k in PIPELINE_CURVES or k.startswith("val/")},
+                                    step=step)
             history.append({"step": step, **metrics})
             elapsed = time.perf_counter() - begin
             eta = elapsed / (step + 1 - start_step) * (cfg.train.steps - step - 1)

@@ -116,7 +116,9 @@ def ensure_experiment(client: MlflowClient, name: str, uri: str) -> str:
     location = None  # a local sqlite store keeps its artifacts beside it, e.g. mlruns/artifacts/
     if uri.startswith("sqlite:///"):
         location = (Path(uri.removeprefix("sqlite:///")).parent / "artifacts").as_uri()
-    return client.create_experiment(name, artifact_location=location)
+    # the UI opens a "model training" experiment on its runs and charts (not the GenAI traces overview)
+    return client.create_experiment(name, artifact_location=location,
+                                    tags={"mlflow.experimentKind": "custom_model_development"})
 
 
 class MlflowTracker:

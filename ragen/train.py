@@ -23,7 +23,7 @@ from transformers import PreTrainedModel
 from ragen.advantages import normalize_returns
 from ragen.batching import RolloutBatch, build_batch
 from ragen.config import Config
-from ragen.filters import filter_groups_by_reward_std
+from ragen.filters import filter_groups_by_reward_std, group_stds
 from ragen.policy import Policy
 from ragen.policy.scoring import score_sequences
 from ragen.records import EpisodeSpec, Trajectory
@@ -115,8 +115,11 @@ def train_step(cfg: Config, learner: Learner, pool: Sequence[int], step: int,
     sampled_tokens = sum(len(turn.response_ids) for t in trajectories for turn in t.turns)
     trained_tokens = int(batch.attention_mask.sum())
     metrics |= {f"rollout/{k}": v for k, v in summarize(trajectories).items()}
-    metrics |= {"rollout/in_group_std_mean": metrics["filter/group_std_mean"],
-                "rollout/in_group_std_max": metrics["filter/group_std_max"]}
+    # the Echo Trap signal is the std of the raw returns (the filter sees normalised scores, as RAGEN's does:
+    # under mean_std every non-degenerate group has std 1)
+    _, raw_stds = group_stds(torch.tensor([t.traj_return for t in trajectories]),
+                             torch.tensor([t.group_id for t in trajectories]))
+    metrics |= {"rollout/in_group_std_mean": float(raw_stds.mean()), "rollout/in_group_std_max": float(raw_stds.max())}
     metrics |= stats | {"timing/rollout_s": rollout_s, "timing/score_s": score_s, "timing/update_s": update_s,
                         "perf/rollout_tokens_per_s": sampled_tokens / max(rollout_s, 1e-9),
                         "perf/update_tokens_per_s": trained_tokens / max(update_s, 1e-9)}
