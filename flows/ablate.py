@@ -3,8 +3,10 @@
 Each run goes rollout -> filter -> critic_fit -> update -> evaluate -> report into ablations/<set>/<run>/ (file
 names as in metrics/), on the shared env tables and base policy of `dvc repro base`. Runs are Prefect tasks on the
 task runner that ablations.yaml's `runner:` names: a thread pool here, or an existing Dask / Ray cluster by
-configuration only. MLflow: one run for the set (ragen.stage = ablation), each run's pipeline run nested under it
-and each stage run under that, tagged ragen.ablation_set and ragen.variant. A run whose outputs already match its
+configuration only. MLflow: one run for the set (ragen.stage = ablation) with the report, and one top-level
+pipeline run per variant with its stage runs nested under it, all tagged ragen.ablation_set and ragen.variant, and
+ragen.pipeline_run = "<set>-<stamp>-<run>" (the set run carries ragen.ablation_stamp): top-level pipeline runs are
+what the MLflow UI's chart view draws side by side. A run whose outputs already match its
 config is not run again, so a killed set resumes where it stopped.
 
 Run: `ragen ablate SET [--workers N] [--dry-run] [key=value ...]` or `python -m flows.ablate SET ...`.
@@ -75,10 +77,9 @@ def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.ya
 
 
 @task(cache_policy=NO_CACHE)
-def run_variant(run: AblationRun, set_name: str, out_root: str, params: str, parent_run_id: str,
-                stamp: str) -> dict[str, Any]:
+def run_variant(run: AblationRun, set_name: str, out_root: str, params: str, stamp: str) -> dict[str, Any]:
     tracking = [f"tracking.ablation_set={set_name}", f"tracking.variant={run.name}",
-                f"tracking.parent_run_id={parent_run_id}", f"tracking.pipeline_run={set_name}-{stamp}-{run.name}"]
+                f"tracking.pipeline_run={set_name}-{stamp}-{run.name}"]
     return rl_pipeline([*run.overrides, *tracking], Path(out_root) / set_name / run.name, params=params)
 
 
@@ -146,9 +147,9 @@ def ablate(set_name: str, extra: list[str] | None = None, ablations: str = "abla
           f"({spec.workers or 'auto'} workers{', ' + spec.address if spec.address else ''})")
     with MlflowTracker(cfg.tracking, stage="ablation", params={"ablation.set": set_name, "ablation.runs": len(ablation.runs),
                                                                "ablation.extra": " ".join(extra or [])},
-                       tags={"ragen.ablation_set": set_name}) as tracker:
+                       tags={"ragen.ablation_set": set_name, "ragen.ablation_stamp": stamp}) as tracker:
         submit = run_variant.with_options(task_run_name=f"{set_name}/{{run.name}}")
-        futures = [submit.submit(run, set_name, out_root, params, tracker.run_id or "", stamp) for run in ablation.runs]
+        futures = [submit.submit(run, set_name, out_root, params, stamp) for run in ablation.runs]
         results = {run.name: future.result() for run, future in zip(ablation.runs, futures)}
         report_path, pngs = set_report(ablation, Path(out_root), results)
         for path in [report_path, *pngs]:

@@ -63,7 +63,10 @@ def test_ablation_set_runs_nests_reports_and_resumes(small, capsys):
     pipelines = client.search_runs([experiment],
                                    "tags.`ragen.stage` = 'pipeline' and tags.`ragen.ablation_set` = 'tiny'")
     assert sorted(p.data.tags["ragen.variant"] for p in pipelines) == ["grpo-s0", "grpo-s1", "s-s0", "s-s1"]
-    assert {p.data.tags["mlflow.parentRunId"] for p in pipelines} == {set_run.info.run_id}
+    stamp = set_run.data.tags["ragen.ablation_stamp"]
+    assert {p.data.tags["ragen.pipeline_run"] for p in pipelines} == {f"tiny-{stamp}-{r}" for r in
+                                                                     ("grpo-s0", "grpo-s1", "s-s0", "s-s1")}
+    assert all("mlflow.parentRunId" not in p.data.tags for p in pipelines)  # top level: charted side by side
     updates = client.search_runs([experiment], "tags.`ragen.stage` = 'update' and tags.`ragen.ablation_set` = 'tiny'")
     assert len(updates) == 4 and {u.data.tags["ragen.preset"] for u in updates} == {"starpo_grpo", "starpo_s"}
     assert {u.data.tags["mlflow.parentRunId"] for u in updates} == {p.info.run_id for p in pipelines}
