@@ -18,7 +18,7 @@ from prefect import flow
 
 from flows.common import run_stage
 from ragen.config import Config, load_config
-from ragen.report import echo_trap, markdown_table, plot_curves, read_steps_csv, to_series, write_text
+from ragen.report import STD_DROP, echo_trap, markdown_table, plot_curves, read_steps_csv, to_series, write_text
 from ragen.tracking import MlflowTracker, preset_of
 
 
@@ -56,7 +56,7 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, steps_rows: list[dict[str,
         "",
         f"![curves]({figure})",
         "",
-        f"Echo Trap marker (reward std below {0.1:.0%} of its peak for good, entropy below half its start): "
+        f"Echo Trap marker (in-group reward std below {STD_DROP:.0%} of its peak for good): "
         f"{'none' if trap['collapse_step'] is None else 'step ' + str(trap['collapse_step'])} -> {trap['verdict']}.",
         "",
         "## Base policy (stage base, val split, rollout temperature)",

@@ -4,10 +4,10 @@ A run's curves come from its per-step csv (stage update's metrics/train_steps.cs
 same axes, so StarPO and StarPO-S (or any ablation's variants) compare side by side. Variants that differ only by
 seed are averaged into one curve with a min-max band.
 
-Echo Trap marker (RAGEN section 4): the step where the in-group reward std has fallen below `STD_DROP` of its peak
-and stays there while the entropy is below `ENTROPY_DROP` of its start: the rollouts of a group have become the
-same. It is called a trap when validation success then ends clearly below its best (a collapse), and a
-convergence when success stays at its best.
+Echo Trap marker (RAGEN section 4): the step after which the in-group reward std stays below `STD_DROP` of its
+peak (step 0, the stage-filter batch, left out of the peak): the rollouts of a group have become alike. It is
+called a trap when validation success ends clearly below its best (a collapse), and a convergence when success
+stays at its best; a success collapse with the reward std kept is reported as such.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ CURVES = {  # csv column -> plot title
     "actor/entropy": "entropy",
     "actor/grad_norm": "grad norm",
 }
-STD_DROP = 0.1
-ENTROPY_DROP = 0.5
+STD_DROP = 0.25
 COLLAPSE_MARGIN = 0.1
 
 
@@ -70,24 +69,24 @@ def mean_series(label: str, runs: Sequence[Series]) -> Series:
 
 
 def echo_trap(series: Series) -> dict[str, float | int | str | None]:
-    """The reward-std collapse step (or None), and whether success collapsed after it (trap) or not."""
-    std, entropy, success = (series.values[k] for k in ("rollout/in_group_std_mean", "actor/entropy", "val_success"))
-    clean = [s for s in std if not math.isnan(s)]
-    if not clean:
+    """The reward-std collapse step (or None), and whether success collapsed (trap) or held after it."""
+    std, success = series.values["rollout/in_group_std_mean"], series.values["val_success"]
+    later = [s for s in std[1:] if not math.isnan(s)]
+    if not later:
         return {"collapse_step": None, "verdict": "no data"}
-    peak, start_entropy = max(clean), next((e for e in entropy if not math.isnan(e)), math.nan)
-    step = None
-    for i in range(len(std)):
+    peak, step = max(later), None
+    for i in range(1, len(std)):
         after = [s for s in std[i:] if not math.isnan(s)]
-        if peak > 0 and after and max(after) < STD_DROP * peak and entropy[i] < ENTROPY_DROP * start_entropy:
+        if peak > 0 and after and max(after) < STD_DROP * peak:
             step = series.steps[i]
             break
     valid = [s for s in success if not math.isnan(s)]
     best, last = (max(valid), valid[-1]) if valid else (math.nan, math.nan)
+    collapsed = last < best - COLLAPSE_MARGIN
     if step is None:
-        verdict = "none"
+        verdict = "success collapsed (reward std kept)" if collapsed else "none"
     else:
-        verdict = "echo trap (success collapsed)" if last < best - COLLAPSE_MARGIN else "converged (success held)"
+        verdict = "echo trap (success collapsed)" if collapsed else "converged (success held)"
     return {"collapse_step": step, "verdict": verdict, "best_val_success": best, "final_val_success": last}
 
 

@@ -24,11 +24,13 @@ def test_echo_trap_when_std_and_entropy_collapse_and_success_falls():
 
 def test_collapse_with_success_held_is_convergence_and_a_rebound_is_no_collapse():
     held = series(std=[0.4, 0.2, 0.03, 0.0], entropy=[1.0, 0.6, 0.3, 0.2], success=[0.5, 0.9, 0.98, 0.99])
-    assert echo_trap(held)["verdict"] == "converged (success held)"
+    assert echo_trap(held)["collapse_step"] == 2 and echo_trap(held)["verdict"] == "converged (success held)"
     rebound = series(std=[0.4, 0.01, 0.3, 0.2], entropy=[1.0, 0.3, 0.3, 0.3], success=[0.5, 0.5, 0.5, 0.5])
     assert echo_trap(rebound)["collapse_step"] is None and echo_trap(rebound)["verdict"] == "none"
-    entropy_kept = series(std=[0.4, 0.01, 0.0, 0.0], entropy=[1.0, 0.9, 0.9, 0.9], success=[0.5] * 4)
-    assert echo_trap(entropy_kept)["collapse_step"] is None
+    # step 0 (the stage-filter batch, high std by construction) does not set the peak
+    filtered_start = series(std=[0.9, 0.2, 0.15, 0.1], entropy=[1.0] * 4, success=[0.5, 0.6, 0.2, 0.1])
+    assert echo_trap(filtered_start)["collapse_step"] is None
+    assert echo_trap(filtered_start)["verdict"] == "success collapsed (reward std kept)"
 
 
 def test_mean_series_averages_seeds_with_a_min_max_band():
