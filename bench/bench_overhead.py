@@ -30,10 +30,11 @@ BIN = Path(sys.executable).parent
 STAGES = ["envgen", "base", "rollout", "filter", "critic_fit", "update", "evaluate", "report"]
 
 
-def run(cmd: list[str]) -> float:
+def run(cmd: list[str], quiet: bool = False) -> float:
+    """Wall seconds of `cmd` in the project root with the venv on PATH (stdout dropped; stderr too if quiet)."""
     start = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True, env=os.environ | {"PATH": f"{BIN}:{os.environ['PATH']}"},
-                   stdout=subprocess.DEVNULL)
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if quiet else None)
     return time.perf_counter() - start
 
 
@@ -43,15 +44,9 @@ def work_import_seconds(stage: str, repeats: int = 3) -> float:
     modules = sorted({node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
                       and node.module.startswith("ragen") and node.module != "ragen.tracking"})
     code = "; ".join(f"import {m}" for m in modules) or "pass"
-    base = [run_quiet([sys.executable, "-c", "pass"]) for _ in range(repeats)]
-    full = [run_quiet([sys.executable, "-c", code]) for _ in range(repeats)]
+    base = [run([sys.executable, "-c", "pass"], quiet=True) for _ in range(repeats)]
+    full = [run([sys.executable, "-c", code], quiet=True) for _ in range(repeats)]
     return max(statistics.median(full) - statistics.median(base), 0.0)
-
-
-def run_quiet(cmd: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
 
 
 def stage_runs(since_ms: int) -> dict[str, object]:

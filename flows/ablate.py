@@ -35,7 +35,8 @@ from flows.rollout import rollout
 from flows.update import config_digest, update_policy
 from ragen.ablation import AblationRun, AblationSet, RunnerSpec, expand_set, read_ablations, runner_spec
 from ragen.config import load_config
-from ragen.report import echo_trap, markdown_table, mean_series, plot_curves, read_steps_csv, to_series, write_text
+from ragen.fileio import write_text
+from ragen.report import echo_trap, markdown_table, mean_series, plot_curves, read_steps_csv, to_series
 from ragen.tracking import MlflowTracker
 
 

@@ -18,7 +18,8 @@ from prefect import flow
 
 from flows.common import run_stage
 from ragen.config import Config, load_config
-from ragen.report import STD_DROP, echo_trap, markdown_table, plot_curves, read_steps_csv, to_series, write_text
+from ragen.fileio import write_text
+from ragen.report import STD_DROP, echo_trap, markdown_table, plot_curves, read_steps_csv, to_series
 from ragen.tracking import MlflowTracker, preset_of
 
 

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from omegaconf import OmegaConf
-
 from ragen.config import Config, ConfigError, load_config
+from ragen.fileio import read_yaml
 from ragen.presets import expand_presets
 
 SHARED_SECTIONS = ("envs", "model", "base")
@@ -61,13 +60,7 @@ class RunnerSpec:
 
 
 def read_ablations(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.exists():
-        raise AblationError(f"{path}: no such ablation file (run from the project root)")
-    try:
-        data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    except Exception as error:
-        raise AblationError(f"{path}: not valid YAML: {error}") from None
+    data = read_yaml(path, AblationError, "ablation file (run from the project root)")
     if not isinstance(data, dict):
         raise AblationError(f"{path}: expected a mapping of set names to sets")
     return data

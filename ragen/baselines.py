@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from ragen.fileio import read_yaml
 
 
 class NightlySpecError(ValueError):
@@ -53,13 +53,7 @@ class Regression:
 
 
 def read_nightly_spec(path: str | Path) -> NightlySpec:
-    path = Path(path)
-    if not path.exists():
-        raise NightlySpecError(f"{path}: no such nightly spec")
-    try:
-        data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    except Exception as error:
-        raise NightlySpecError(f"{path}: not valid YAML: {error}") from None
+    data = read_yaml(path, NightlySpecError, "nightly spec")
     if not isinstance(data, dict) or not isinstance(data.get("matrix"), dict) or not data["matrix"]:
         raise NightlySpecError(f"{path}: needs a non-empty 'matrix: {{entry: [key=value, ...]}}'")
     baselines = {}

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import csv
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
+
+from ragen.fileio import staged_file
 
 CURVES = {  # csv column -> plot title
     "val_success": "val success",
@@ -128,14 +128,8 @@ def plot_curves(series: Sequence[Series], out_dir: str | Path, title: str) -> li
 
 
 def _save(figure, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
+    with staged_file(path, suffix=".png") as tmp:
         figure.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
@@ -147,17 +141,3 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> s
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def write_text(path: str | Path, text: str) -> None:
-    """Atomic text write (temp file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -6,8 +6,8 @@ same methods and does nothing, so code never branches on whether tracking is on.
 
 Runs are found by tags: ragen.stage, ragen.preset, ragen.env, ragen.seed, ragen.pipeline_run, ragen.ablation_set,
 ragen.variant, ragen.git_commit, and dvc.exp_name under `dvc exp run`. The stage runs of one pipeline run nest
-under one parent run (ragen.stage = pipeline) that carries the same params and tags; `ragen ablate` nests each
-variant's pipeline run under the ablation set's run. A pipeline run is identified by `tracking.pipeline_run`, or
+under one parent run (ragen.stage = pipeline) that carries the same params and tags, and itself under
+`tracking.parent_run_id` when that is set (the nightly run). A pipeline run is identified by `tracking.pipeline_run`, or
 else by a digest of the resolved config and the git commit, so the stages of one `dvc repro` find the same parent.
 
 The default store is the local `mlruns/` folder: `sqlite:///<root>/mlruns/mlflow.db` with artifacts under

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
 import polars as pl
 
+from ragen.fileio import staged_file
 from ragen.records import Trajectory, Turn
 
 TRAJ_FIELDS = [f.name for f in dataclasses.fields(Trajectory)]
@@ -38,16 +37,8 @@ def from_frame(frame: pl.DataFrame) -> list[Trajectory]:
 
 def write_trajectories(path: str | Path, trajectories: Sequence[Trajectory]) -> None:
     """Atomic parquet write (temp file in the same folder, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
+    with staged_file(path) as tmp:
         to_frame(trajectories).write_parquet(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_trajectories(path: str | Path) -> list[Trajectory]:
