@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     cfg = load_config("params.yaml", [f"base.eval_episodes={args.episodes}", *args.overrides])
-    policy = load_policy(args.model, device=cfg.model.device, dtype=cfg.model.dtype)
+    policy = load_policy(args.model, **cfg.model.placement())
     results, _ = evaluate_base.fn(cfg, policy, Path("data/envs"))
     print(f"\n# base policy {args.model} | {args.episodes} val episodes per env | temperature {cfg.rollout.temperature}")
     print(f"{'env':<14} {'format-valid':>12} {'success':>8} {'random':>8}")

@@ -3,13 +3,15 @@
     python bench/bench_overhead.py            # dvc repro -f of the whole pipeline (~15 min on 2 cores), then no-ops
     python bench/bench_overhead.py --noop     # only the no-op `dvc repro` timing
 
-The pipeline runs as `make run` runs it (one local Prefect server for all stages, flows/server.py). Stage work is
-(a) the wall time inside each stage's MLflow run (the flow's body: reading inputs, training, writing outputs)
-minus that run's own MLflow calls, which are measured by replaying the run's logging volume (params, config,
-metrics by step, a table) against a scratch store, plus (b) importing the libraries the stage computes with (the
-`ragen` modules the flow imports, with torch, transformers and polars; measured in a fresh process). Everything
-else of the `dvc repro -f` wall time is overhead of Prefect, MLflow and DVC: DVC's hashing and lock, the Prefect
-server, imports and flow engine, MLflow's imports, run setup and logging. Prints a table.
+The pipeline runs as `make run` runs it (one local Prefect server and one warm stage server for all stages,
+flows/server.py and flows/warm.py). Stage work is (a) the wall time inside each stage's MLflow run (the flow's
+body: reading inputs, training, writing outputs) minus that run's own MLflow calls, which are measured by
+replaying the run's logging volume (params, config, metrics by step, a table) against a scratch store, plus (b)
+importing what the stages compute with, measured in fresh processes: once the libraries (torch, transformers,
+polars, matplotlib, ...; the warm stage server imports them once per pipeline), and per stage the `ragen`
+modules its flow imports. Everything else of the `dvc repro -f` wall time is overhead of Prefect, MLflow and
+DVC: DVC's hashing and lock, the servers, Prefect's and MLflow's imports and flow engine, MLflow's run setup and
+logging. Prints a table.
 """
 
 from __future__ import annotations
@@ -38,15 +40,24 @@ def run(cmd: list[str], quiet: bool = False) -> float:
     return time.perf_counter() - start
 
 
-def work_import_seconds(stage: str, repeats: int = 3) -> float:
-    """Fresh-process time to import the `ragen` modules flows/<stage>.py computes with (not ragen.tracking)."""
-    tree = ast.parse((ROOT / "flows" / f"{stage}.py").read_text())
-    modules = sorted({node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
-                      and node.module.startswith("ragen") and node.module != "ragen.tracking"})
-    code = "; ".join(f"import {m}" for m in modules) or "pass"
-    base = [run([sys.executable, "-c", "pass"], quiet=True) for _ in range(repeats)]
+WORK_LIBRARIES = ["torch", "transformers", "transformers.models.qwen2.modeling_qwen2", "tokenizers",
+                  "safetensors.torch", "polars", "omegaconf", "yaml", "matplotlib.pyplot"]
+
+
+def import_seconds(modules: list[str], after: list[str] = (), repeats: int = 3) -> float:
+    """Fresh-process seconds to import `modules` on top of `after` (median of `repeats`, less `after` alone)."""
+    before = "; ".join(f"import {m}" for m in after) or "pass"
+    code = "; ".join([before, *(f"import {m}" for m in modules)])
+    base = [run([sys.executable, "-c", before], quiet=True) for _ in range(repeats)]
     full = [run([sys.executable, "-c", code], quiet=True) for _ in range(repeats)]
     return max(statistics.median(full) - statistics.median(base), 0.0)
+
+
+def stage_modules(stage: str) -> list[str]:
+    """The `ragen` modules flows/<stage>.py computes with (not ragen.tracking)."""
+    tree = ast.parse((ROOT / "flows" / f"{stage}.py").read_text())
+    return sorted({node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+                   and node.module.startswith("ragen") and node.module != "ragen.tracking"})
 
 
 def stage_runs(since_ms: int) -> dict[str, object]:
@@ -101,13 +112,17 @@ def main() -> None:
         if missing:
             raise SystemExit(f"no MLflow run found for stages {missing}")
         print(f"\n# overhead | dvc repro -f of the default pipeline: {total:.1f} s wall on {os.cpu_count()} cores")
+        from flows.warm import PRELOAD
+
+        libraries = import_seconds(WORK_LIBRARIES)
         print(f"{'stage':<11} {'in run s':>9} {'mlflow s':>9} {'imports s':>10} {'work s':>8}")
-        work_total = mlflow_total = 0.0
+        print(f"{'(libraries)':<11} {'':>9} {'':>9} {libraries:>10.2f} {libraries:>8.1f}")
+        work_total, mlflow_total = libraries, 0.0
         for stage in STAGES:
             r = runs[stage]
             inside = (r.info.end_time - r.info.start_time) / 1000
             mlflow_s = mlflow_replay_cost(r)
-            imports = work_import_seconds(stage)
+            imports = import_seconds(stage_modules(stage), after=PRELOAD)
             work = max(inside - mlflow_s, 0.0) + imports
             work_total, mlflow_total = work_total + work, mlflow_total + mlflow_s
             print(f"{stage:<11} {inside:>9.1f} {mlflow_s:>9.2f} {imports:>10.2f} {work:>8.1f}")

@@ -32,9 +32,9 @@ from flows.evaluate import evaluate
 from flows.filter import filter_rollouts
 from flows.report import report
 from flows.rollout import rollout
-from flows.update import config_digest, update_policy
+from flows.update import update_policy
 from ragen.ablation import AblationRun, AblationSet, RunnerSpec, expand_set, read_ablations, runner_spec
-from ragen.config import load_config
+from ragen.config import config_digest, load_config
 from ragen.fileio import write_text
 from ragen.report import echo_trap, markdown_table, mean_series, plot_curves, read_steps_csv, to_series
 from ragen.tracking import MlflowTracker
@@ -50,7 +50,7 @@ def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.ya
     """
     overrides = list(overrides)
     cfg = load_config(params, overrides)
-    digest = config_digest(cfg)
+    digest = config_digest(cfg)[:16]
     done = out / "done.json"
     if not force and done.exists() and json.loads(done.read_text()).get("digest") == digest:
         print(f"ablate | {out} is up to date, not rerun")

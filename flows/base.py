@@ -87,7 +87,7 @@ def build_tiny(cfg: Config, envs_dir: Path, tracker: MlflowTracker) -> Policy:
 def evaluate_base(cfg: Config, policy: Policy, envs_dir: Path) -> tuple[dict[str, dict[str, float]], list[dict]]:
     """Base policy vs random valid actions on the first `base.eval_episodes` val instances of each env."""
     renderer = policy.renderer(cfg.rollout.enable_think)
-    generator = torch.Generator().manual_seed(cfg.base.seed)
+    generator = torch.Generator(policy.model.device).manual_seed(cfg.base.seed)
     results, samples = {}, []
     for tag in cfg.envs.tags:
         seeds = read_seeds(envs_dir, tag, "val")[: cfg.base.eval_episodes]
@@ -122,7 +122,7 @@ def base(params: str = "params.yaml", overrides: list[str] | None = None, envs_d
             policy = build_tiny(cfg, envs_path, tracker)
             meta = {"source": "tiny", "mode": cfg.base.mode}
         else:
-            model, tokenizer = load_causal_lm(cfg.model.path, device=cfg.model.device, dtype=cfg.model.dtype)
+            model, tokenizer = load_causal_lm(cfg.model.path, **cfg.model.placement())
             policy = Policy(model.eval(), tokenizer)
             meta = {"source": "hf", "path": str(Path(cfg.model.path).expanduser().resolve())}
             print(f"base | hf model {meta['path']}: {count_parameters(model) / 1e6:.1f} M parameters on {model.device}")

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from ragen.fileio import staged_dir  # noqa: F401  (re-exported for the flows)
+from ragen.fileio import staged_dir, write_text  # noqa: F401  (staged_dir re-exported for the flows)
 
 
 def cli_overrides(argv: list[str] | None = None) -> list[str]:
@@ -35,17 +33,7 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
 
 def write_json(path: str | Path, obj: Any) -> None:
     """Write json through a temp file and a rename, so readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(obj, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def read_seeds(envs_dir: str | Path, tag: str, split: str) -> list[int]:

@@ -34,7 +34,7 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
             save_meta(out_dir, {"critic": "none", "advantage": cfg.algo.advantage})
             write_json(metrics_path, {})
             return {}
-        policy = load_policy(base_dir, device=cfg.model.device, dtype=cfg.model.dtype)
+        policy = load_policy(base_dir, **cfg.model.placement())
         torch.manual_seed(cfg.train.seed)
         critic = build_critic(policy.model)
         optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr, weight_decay=cfg.train.weight_decay)

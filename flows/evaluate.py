@@ -36,7 +36,7 @@ def evaluate(params: str = "params.yaml", overrides: list[str] | None = None, en
     results: dict[str, dict] = {}
     everything = []
     with MlflowTracker.for_stage(cfg, "evaluate") as tracker:
-        policy = load_policy(policy_dir, device=cfg.model.device, dtype=cfg.model.dtype)
+        policy = load_policy(policy_dir, **cfg.model.placement())
         for tag in tags:
             for split in ("val", "test"):
                 seeds = read_seeds(envs_dir, tag, split)[: cfg.eval.episodes]

@@ -25,7 +25,7 @@ def rollout(params: str = "params.yaml", overrides: list[str] | None = None, env
     cfg = load_config(params, overrides or [])
     pool = read_seeds(envs_dir, cfg.train.env, "train")
     with MlflowTracker.for_stage(cfg, "rollout") as tracker:
-        policy = load_policy(base_dir, device=cfg.model.device, dtype=cfg.model.dtype)
+        policy = load_policy(base_dir, **cfg.model.placement())
         trajectories = collect(cfg, policy, pool, step=0)
         _, stds = group_stds(torch.tensor([t.traj_return for t in trajectories]),
                              torch.tensor([t.group_id for t in trajectories]))

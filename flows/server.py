@@ -3,24 +3,28 @@
 Without a configured server every Prefect process (each DVC stage) starts its own temporary API server, ~7 s on
 2 cores. `python -m flows.server -- dvc repro` starts `prefect server start` once (state in .prefect/), runs the
 command with PREFECT_API_URL pointing at it, and stops it afterwards, so each stage pays ~1 s instead. An
-already configured PREFECT_API_URL is used as it is. `make run` uses this.
+already configured PREFECT_API_URL is used as it is. Beside it runs a warm stage server (flows/warm.py), so the
+stages of dvc.yaml (`python -m flows.run STAGE`) skip their ~4 s of library imports. `make run` uses this.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import flows  # noqa: F401  (PREFECT_HOME inside the project)
 
 STARTUP_TIMEOUT_S = 120
+WARM_TIMEOUT_S = 120
 
 
 def free_port() -> int:
@@ -38,12 +42,12 @@ def _healthy(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def local_prefect_server() -> Iterator[str]:
+def local_prefect_server(port: int | None = None) -> Iterator[str]:
     """Yield the API URL of a running Prefect server: the configured one, or one started here for the block."""
     if os.environ.get("PREFECT_API_URL"):
         yield os.environ["PREFECT_API_URL"]
         return
-    port = free_port()
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}/api"
     home = Path(os.environ["PREFECT_HOME"])
     home.mkdir(parents=True, exist_ok=True)
@@ -68,14 +72,49 @@ def local_prefect_server() -> Iterator[str]:
         log.close()
 
 
+@contextlib.contextmanager
+def warm_stage_server(env: dict[str, str]) -> Iterator[Callable[[], dict[str, str]]]:
+    """Start a `flows.warm` server with `env` (its imports run while the Prefect server starts); yield a function
+    that waits until it accepts and returns the variable that points stage commands at it ({} if it never did)."""
+    folder = tempfile.mkdtemp(prefix="ragen-warm-")  # private (0700); unix socket paths must stay short
+    path = os.path.join(folder, "stages.sock")
+    home = Path(env["PREFECT_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    log = open(home / "warm_stage_server.log", "ab")
+    server = subprocess.Popen([sys.executable, "-m", "flows.warm", path], stdout=log, stderr=log, env=env)
+
+    def ready() -> dict[str, str]:
+        deadline = time.monotonic() + WARM_TIMEOUT_S
+        while not os.path.exists(path):
+            if server.poll() is not None or time.monotonic() > deadline:
+                print(f"the warm stage server did not start (see {log.name}); stages import everything themselves",
+                      file=sys.stderr)
+                return {}
+            time.sleep(0.05)
+        return {"RAGEN_STAGE_SERVER": path}
+
+    try:
+        yield ready
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
         print("usage: python -m flows.server -- COMMAND [ARGS ...]", file=sys.stderr)
         return 2
-    with local_prefect_server() as url:
-        return subprocess.run(argv, env=os.environ | {"PREFECT_API_URL": url}).returncode
+    port = free_port()
+    env = os.environ | {"PREFECT_API_URL": os.environ.get("PREFECT_API_URL") or f"http://127.0.0.1:{port}/api"}
+    with warm_stage_server(env) as warm_ready, local_prefect_server(port) as url:
+        return subprocess.run(argv, env=env | {"PREFECT_API_URL": url} | warm_ready()).returncode
 
 
 if __name__ == "__main__":

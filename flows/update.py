@@ -12,7 +12,6 @@ Run: `python -m flows.update [key=value ...]`.
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import shutil
 import time
@@ -23,7 +22,7 @@ from prefect import flow
 
 from flows.common import read_seeds, run_stage, write_json
 from ragen.checkpoint import load_checkpoint, save_checkpoint
-from ragen.config import Config, load_config, to_dict
+from ragen.config import Config, config_digest, load_config
 from ragen.evaluation import evaluate_policy
 from ragen.policy import load_policy
 from ragen.policy.model import load_critic, read_meta, save_meta, save_model
@@ -38,22 +37,17 @@ PLOT_KEYS = ["step", "val_success", "rollout/success_rate", "rollout/return_mean
 
 
 def make_learner(cfg: Config, base_dir: str, critic_dir: str) -> Learner:
-    policy = load_policy(base_dir, device=cfg.model.device, dtype=cfg.model.dtype)
+    policy = load_policy(base_dir, **cfg.model.placement())
     critic = None
     if cfg.algo.advantage == "gae":
         if read_meta(critic_dir).get("critic") != "warm":
             raise FileNotFoundError(f"{critic_dir} holds no warmed critic; run stage critic_fit with algo.advantage gae")
-        critic = load_critic(critic_dir, device=cfg.model.device, dtype=cfg.model.dtype)
-    ref = load_policy(base_dir, device=cfg.model.device, dtype=cfg.model.dtype).model if cfg.algo.kl != "none" else None
+        critic = load_critic(critic_dir, **cfg.model.placement())
+    ref = load_policy(base_dir, **cfg.model.placement()).model if cfg.algo.kl != "none" else None
     actor_opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     critic_opt = (torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr, weight_decay=cfg.train.weight_decay)
                   if critic is not None else None)
     return Learner(policy, critic, ref, actor_opt, critic_opt)
-
-
-def config_digest(cfg: Config) -> str:
-    relevant = {k: v for k, v in to_dict(cfg).items() if k != "tracking"}
-    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def checkpoint_parts(learner: Learner) -> tuple[dict, dict]:
@@ -75,7 +69,7 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
     val_seeds = read_seeds(envs_dir, cfg.train.env, "val")[: cfg.train.eval_episodes]
     first_batch = read_trajectories(rollouts)
     learner = make_learner(cfg, base_dir, critic_dir)
-    digest, history, start_step = config_digest(cfg), [], 0
+    digest, history, start_step = config_digest(cfg)[:16], [], 0
     ckpt = Path(checkpoint_dir)
     models, optimizers = checkpoint_parts(learner)
     if (ckpt / "meta.json").exists() and json.loads((ckpt / "meta.json").read_text()).get("digest") == digest:

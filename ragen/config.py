@@ -7,6 +7,8 @@ Derived values are computed in code, never with `${}` interpolation (DVC tracks 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, List, Sequence
@@ -49,7 +51,14 @@ class ModelConfig:
     max_positions: int = 2048  # tiny: context length in tokens
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda
     dtype: str = "auto"  # auto (bfloat16 on cuda, float32 on cpu) | float32 | bfloat16
+    # auto: eager on cuda (our batches carry padding masks, for which torch's SDPA took a slow kernel on an H200:
+    # eager sampled 2.2x (Qwen2.5-0.5B shape) to 9x (tiny) faster, bench/bench_cuda.py), sdpa on cpu
+    attn: str = "auto"  # auto | sdpa | eager
     seed: int = 0  # tiny: weight initialisation seed
+
+    def placement(self) -> dict[str, str]:
+        """Where and how models load: the keyword arguments of `load_policy` / `load_critic`."""
+        return {"device": self.device, "dtype": self.dtype, "attn": self.attn}
 
 
 @dataclass
@@ -59,7 +68,7 @@ class BaseConfig:
     mode: str = "warm"  # warm: well-formatted responses with random valid actions (no skill) | sft: solver demos
     tokenizer_episodes: int = 64  # episodes per env (think and no-think) whose text trains the tokenizer
     episodes_per_env: int = 384  # supervised conversations per multi-turn env (single-turn envs: x max_turns)
-    steps: int = 900  # optimizer steps (Countdown copying needs ~900 for 95% format-valid at T=1)
+    steps: int = 1200  # optimizer steps (Countdown and Bandit stay above 95% format-valid at T=1 with a margin)
     batch_tokens: int = 6144  # tokens per step (many short conversations or a few long ones)
     lr: float = 0.003  # AdamW peak learning rate (linear warmup, cosine decay)
     warmup_steps: int = 20  # learning-rate warmup steps
@@ -255,7 +264,8 @@ def validate(config: Config) -> None:
                "algo.reward_placement": (a.reward_placement, ("last", "turn")),
                "train.env": (config.train.env, tuple(ENVS)),
                "model.device": (config.model.device, ("auto", "cpu", "cuda")),
-               "model.dtype": (config.model.dtype, ("auto", "float32", "bfloat16", "float16"))}
+               "model.dtype": (config.model.dtype, ("auto", "float32", "bfloat16", "float16")),
+               "model.attn": (config.model.attn, ("auto", "sdpa", "eager"))}
     for key, (value, allowed) in choices.items():
         if value not in allowed:
             raise ConfigError(f"{key}: {value!r} is not one of {', '.join(allowed)}")
@@ -281,6 +291,14 @@ def validate(config: Config) -> None:
 
 def to_dict(config: Config) -> dict[str, Any]:
     return asdict(config)
+
+
+def config_digest(config: Config, *extra: Any) -> str:
+    """sha256 (hex) of the resolved config without its tracking section (where runs are logged changes no
+    result), and of any `extra` json values (e.g. a git commit)."""
+    relevant = {k: v for k, v in to_dict(config).items() if k != "tracking"}
+    payload = [relevant, *extra] if extra else relevant
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -16,7 +16,8 @@ def evaluate_policy(policy: Policy, tag: str, seeds: Sequence[int], cfg: Rollout
                     seed: int = 0) -> tuple[dict[str, float], list[Trajectory]]:
     """Play one episode per seed at `temperature` (RAGEN validates at 0.5); returns the summary and trajectories."""
     specs = [EpisodeSpec(tag, s, i) for i, s in enumerate(seeds)]
-    responder = policy_responder(policy, cfg, temperature=temperature, generator=torch.Generator().manual_seed(seed))
+    generator = torch.Generator(policy.model.device).manual_seed(seed)  # on the model's device: CUDA samples there
+    responder = policy_responder(policy, cfg, temperature=temperature, generator=generator)
     trajectories = run_episodes(specs, responder, policy.renderer(cfg.enable_think), cfg,
                                 max_positions=policy.model.config.max_position_embeddings)
     return summarize(trajectories), trajectories

@@ -16,8 +16,6 @@ The default store is the local `mlruns/` folder: `sqlite:///<root>/mlruns/mlflow
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import subprocess
@@ -33,7 +31,7 @@ logging.getLogger("alembic").setLevel(logging.WARNING)
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from ragen.config import Config, TrackingConfig, flatten, to_dict  # noqa: E402
+from ragen.config import Config, TrackingConfig, config_digest, flatten, to_dict  # noqa: E402
 
 MAX_PARAM_CHARS = 6000
 PASSTHROUGH_ENV_TAGS = {  # environment variable -> tag
@@ -95,9 +93,7 @@ def pipeline_run_id(config: Config, root: Path) -> str:
     git commit."""
     if config.tracking.pipeline_run or os.environ.get("RAGEN_PIPELINE_RUN"):
         return config.tracking.pipeline_run or os.environ["RAGEN_PIPELINE_RUN"]
-    relevant = {k: v for k, v in to_dict(config).items() if k != "tracking"}
-    digest = hashlib.sha256(json.dumps([relevant, git_commit(root)], sort_keys=True).encode()).hexdigest()
-    return f"p{digest[:12]}"
+    return f"p{config_digest(config, git_commit(root))[:12]}"
 
 
 def run_tags(config: Config) -> dict[str, str]:

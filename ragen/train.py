@@ -57,7 +57,7 @@ def step_specs(cfg: Config, pool: Sequence[int], step: int) -> list[EpisodeSpec]
 
 
 def collect(cfg: Config, policy: Policy, pool: Sequence[int], step: int) -> list[Trajectory]:
-    generator = torch.Generator().manual_seed(cfg.train.seed * 1_000_003 + step)
+    generator = torch.Generator(policy.model.device).manual_seed(cfg.train.seed * 1_000_003 + step)
     return run_episodes(step_specs(cfg, pool, step), policy_responder(policy, cfg.rollout, generator=generator),
                         policy.renderer(cfg.rollout.enable_think), cfg.rollout,
                         max_positions=policy.model.config.max_position_embeddings)

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ragen.envs import make_env
 from ragen.envs.base import TextEnv
 from ragen.envs.bandit import BanditEnv
 from ragen.envs.countdown import CountdownEnv
@@ -27,7 +28,7 @@ from ragen.envs.sokoban import SokobanEnv
 from ragen.envs.solvers import bandit_optimal_arm, countdown_solve, frozen_lake_best_action, sokoban_plan
 from ragen.batching import build_batch
 from ragen.policy.sampling import Sample
-from ragen.policy.scoring import token_logprobs
+from ragen.policy.scoring import shared_prefix_length, token_logprobs, token_logprobs_shared_prefix
 from ragen.policy.tokenizer import example_response, random_action, thought_kind
 from ragen.records import Trajectory
 from ragen.rollout import Responder
@@ -35,6 +36,9 @@ from ragen.rollout import Responder
 
 def actions_left(env: TextEnv) -> int:
     return env.max_actions_per_traj - env.num_steps
+
+
+MIN_SHARED_PREFIX = 16  # tokens; shorter shared prefixes are not worth a second model call
 
 
 def random_actions(env: TextEnv, rng: random.Random, max_per_turn: int, max_turns: int = 0) -> list[str]:
@@ -95,15 +99,26 @@ def lr_at(step: int, *, steps: int, warmup_steps: int, lr: float) -> float:
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def tag_weights(running: dict[str, float], family: dict[str, str]) -> list[float]:
+    """Sampling weight per tag (in `running`'s order): w_tag = running_loss_tag / |tags of the tag's family|."""
+    sizes = {name: list(family.values()).count(name) for name in set(family.values())}
+    return [loss / sizes[family[tag]] for tag, loss in running.items()]
+
+
 def train_supervised(model: PreTrainedModel, data: Sequence[Trajectory], *, pad_id: int, steps: int, batch_tokens: int,
                      lr: float, warmup_steps: int, weight_decay: float, seed: int,
                      log: Callable[[int, dict[str, float]], None] | None = None) -> list[float]:
     """Minimise the response-token NLL; each batch comes from one env tag (similar lengths, little padding).
 
     A batch holds about `batch_tokens` tokens: many short single-turn conversations (Bandit) or a few long
-    multi-turn ones (Sokoban), so every step costs about the same. The tag of each batch is drawn with probability
-    proportional to its running loss (every tag is visited once first), so the envs that are harder to imitate
-    (Countdown's number copying) get more of the steps. Returns the loss per step.
+    multi-turn ones (Sokoban), so every step holds about as many tokens. The tag of each batch is drawn with probability
+    proportional to its running loss divided by the number of tags of its env family (every tag is visited once
+    first): each family (Bandit, Sokoban, FrozenLake, Countdown) gets steps by its mean loss, shared among its
+    variants (sokoban, sokoban_large, sokoban_vocab) by theirs. So the envs that are harder to imitate (Countdown's
+    number copying) get more of the steps, and three Sokoban variants do not take three shares. The rows of a
+    batch share the system prompt and the env's instruction: that prefix runs once per step, its keys and values
+    shared by all rows (`token_logprobs_shared_prefix`: the same loss and gradients as a full pass, at about half
+    the compute). Returns the loss per step.
     """
     by_tag: dict[str, list[Trajectory]] = {}
     for traj in data:
@@ -112,18 +127,24 @@ def train_supervised(model: PreTrainedModel, data: Sequence[Trajectory], *, pad_
     batch_size = {tag: max(1, round(batch_tokens * len(pool) / sum(len(t.token_ids) for t in pool)))
                   for tag, pool in by_tag.items()}
     running = {tag: 0.0 for tag in tags}
+    family = {tag: type(make_env(tag)).__name__ for tag in tags}
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     model.train()
     losses = []
     for step in range(steps):
-        tag = tags[step] if step < len(tags) else rng.choices(tags, weights=[running[t] for t in tags])[0]
+        tag = tags[step] if step < len(tags) else rng.choices(tags, weights=tag_weights(running, family))[0]
         pool = by_tag[tag]
         batch = [pool[rng.randrange(len(pool))] for _ in range(batch_size[tag])]
         rows = build_batch(batch, pad_id=pad_id, device=model.device)  # left padded; loss on sampled tokens
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, steps=steps, warmup_steps=warmup_steps, lr=lr)
-        logprobs, _ = token_logprobs(model, rows.input_ids, rows.attention_mask)  # (B, T)
+        # the rows of one tag share the system prompt and instruction: that prefix runs once (same values)
+        prefix_len = shared_prefix_length(rows.input_ids, rows.attention_mask, rows.loss_mask)
+        if len(batch) > 1 and prefix_len >= MIN_SHARED_PREFIX:
+            logprobs = token_logprobs_shared_prefix(model, rows.input_ids, rows.attention_mask, prefix_len)  # (B, T)
+        else:
+            logprobs, _ = token_logprobs(model, rows.input_ids, rows.attention_mask)  # (B, T)
         loss = -(logprobs * rows.loss_mask).sum() / rows.loss_mask.sum().clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -89,3 +89,12 @@ def test_supervised_training_lowers_the_loss(tokenizer):
     assert all(torch.isfinite(torch.tensor(losses)))
     assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:5]) / 5
     assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_tag_weights_split_a_family_share_among_its_variants():
+    from ragen.warmstart import tag_weights
+
+    running = {"bandit": 0.3, "countdown": 0.8, "sokoban": 0.6, "sokoban_large": 0.9, "sokoban_vocab": 0.6}
+    family = {"bandit": "BanditEnv", "countdown": "CountdownEnv", "sokoban": "SokobanEnv",
+              "sokoban_large": "SokobanEnv", "sokoban_vocab": "SokobanEnv"}
+    assert tag_weights(running, family) == pytest.approx([0.3, 0.8, 0.2, 0.3, 0.2])  # Sokoban family: mean 0.7

@@ -25,8 +25,8 @@ class Policy:
         self.token_texts = TokenTexts(self.tokenizer)
 
     @classmethod
-    def from_dir(cls, path: str | Path, *, device: str = "auto", dtype: str = "auto") -> Policy:
-        model, tokenizer = load_causal_lm(path, device=device, dtype=dtype)
+    def from_dir(cls, path: str | Path, *, device: str = "auto", dtype: str = "auto", attn: str = "auto") -> Policy:
+        model, tokenizer = load_causal_lm(path, device=device, dtype=dtype, attn=attn)
         return cls(model.eval(), tokenizer)
 
     def renderer(self, enable_think: bool) -> ChatRenderer:
@@ -38,11 +38,11 @@ class Policy:
                       top_p=top_p, top_k=top_k, generator=generator)
 
 
-def load_policy(path: str | Path, *, device: str = "auto", dtype: str = "auto") -> Policy:
+def load_policy(path: str | Path, *, device: str = "auto", dtype: str = "auto", attn: str = "auto") -> Policy:
     """A policy saved by a stage: the weights in `path`, or for `hf` the local checkpoint its meta points to."""
     meta = read_meta(path)
     source = Path(meta["path"]) if meta.get("source") == "hf" else Path(path)
-    return Policy.from_dir(source, device=device, dtype=dtype)
+    return Policy.from_dir(source, device=device, dtype=dtype, attn=attn)
 
 
 __all__ = ["Policy", "Sample", "load_policy"]

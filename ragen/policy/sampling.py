@@ -135,7 +135,10 @@ class SamplingSession:
                 next_ids = logits.argmax(-1)  # (R,)
             else:
                 shaped = filter_logits(logits / temperature, top_k=top_k, top_p=top_p)
-                next_ids = torch.multinomial(shaped.softmax(-1), 1, generator=generator).squeeze(-1)  # (R,)
+                probs = shaped.softmax(-1)  # (R, V)
+                if generator is not None and generator.device != probs.device:  # e.g. a CPU generator, CUDA model
+                    probs = probs.to(generator.device)
+                next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1).to(logits.device)  # (R,)
             chosen_logp = policy_logp.gather(-1, next_ids.unsqueeze(-1)).squeeze(-1)  # (R,)
             ids_list, logp_list = next_ids.tolist(), chosen_logp.tolist()
             for row in running.nonzero().flatten().tolist():

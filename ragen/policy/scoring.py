@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -63,3 +63,61 @@ def token_values(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mas
     out = critic(input_ids=input_ids, attention_mask=attention_mask,
                  position_ids=position_ids_from_mask(attention_mask))
     return out.logits.squeeze(-1).float()  # (B, T)
+
+
+def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor) -> int:
+    """How many leading real tokens every row has in common, stopping before any row's first loss token and
+    leaving every row at least one token of its own. Rows are left padded: (B, T) each."""
+    lengths = attention_mask.sum(-1)  # (B,)
+    width = input_ids.shape[1]
+    real = [input_ids[b, width - int(n):] for b, n in enumerate(lengths)]  # each (n_b,)
+    losses = [loss_mask[b, width - int(n):] for b, n in enumerate(lengths)]
+    limit = min(int(n) - 1 for n in lengths)
+    for row_loss in losses:
+        hits = row_loss.nonzero()
+        if len(hits):
+            limit = min(limit, int(hits[0]))
+    first = real[0][:limit]
+    same = torch.ones(limit, dtype=torch.bool, device=input_ids.device)
+    for row in real[1:]:
+        same &= row[:limit] == first
+    return limit if bool(same.all()) else int((~same).nonzero()[0])
+
+
+def token_logprobs_shared_prefix(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                                 prefix_len: int) -> torch.Tensor:
+    """`token_logprobs` for rows that all begin with the same `prefix_len` real tokens, computed with the prefix
+    run once: its keys and values are shared by every row (broadcast, so their gradients add up), and only each
+    row's own suffix runs per row. Same values as the full pass; for a batch of B conversations behind one
+    system prompt and instruction it costs about Lp + B * Ls tokens instead of B * (Lp + Ls).
+
+    Args:
+        input_ids: (B, T) left padded; attention_mask: (B, T).
+        prefix_len: Lp, at most `shared_prefix_length(...)`.
+    Returns:
+        (B, T) log pi(x_t | x_<t), differentiable; 0 on padding and on the prefix (t < Lp), whose tokens the
+        caller must not train on.
+    """
+    batch, width = input_ids.shape
+    lengths = [int(n) for n in attention_mask.sum(-1)]  # real tokens per row
+    own = [n - prefix_len for n in lengths]  # suffix tokens per row (>= 1)
+    prefix = input_ids[:1, width - lengths[0]: width - lengths[0] + prefix_len]  # (1, Lp)
+    suffix_width = max(own)
+    suffix = torch.zeros((batch, suffix_width), dtype=torch.long, device=input_ids.device)  # (B, Ls) right padded
+    suffix_mask = torch.zeros_like(suffix)
+    for b, n in enumerate(own):
+        suffix[b, :n] = input_ids[b, width - n:]
+        suffix_mask[b, :n] = 1
+    head = model(input_ids=prefix, use_cache=True)
+    cache = DynamicCache()
+    for layer, kv in enumerate(head.past_key_values.layers):
+        cache.update(kv.keys.expand(batch, -1, -1, -1), kv.values.expand(batch, -1, -1, -1), layer)
+    mask = torch.cat([torch.ones((batch, prefix_len), dtype=torch.long, device=input_ids.device), suffix_mask], -1)
+    positions = (prefix_len + torch.arange(suffix_width, device=input_ids.device)).expand(batch, -1)  # (B, Ls)
+    tail = model(input_ids=suffix, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
+    # the suffix's first token is predicted by the prefix's last position, the others by the suffix itself
+    first = F.log_softmax(head.logits[:, -1].float(), dim=-1).expand(batch, -1)  # (B, V)
+    first = first.gather(-1, suffix[:, :1])  # (B, 1)
+    rest = F.log_softmax(tail.logits[:, :-1].float(), dim=-1).gather(-1, suffix[:, 1:].unsqueeze(-1)).squeeze(-1)
+    per_suffix = torch.cat([first, rest], dim=-1)  # (B, Ls)
+    return torch.stack([F.pad(per_suffix[b, :n], (width - n, 0)) for b, n in enumerate(own)])  # (B, T)

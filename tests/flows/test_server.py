@@ -9,9 +9,11 @@ def test_command_runs_against_a_started_server_and_keeps_its_exit_code(tmp_path,
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
     probe = ("import os, urllib.request; url = os.environ['PREFECT_API_URL']; "
-             "assert urllib.request.urlopen(url + '/health').read() == b'true'; raise SystemExit(3)")
+             "assert urllib.request.urlopen(url + '/health').read() == b'true'; "
+             "assert os.path.exists(os.environ['RAGEN_STAGE_SERVER']); raise SystemExit(3)")
     assert main(["--", sys.executable, "-c", probe]) == 3
     assert (tmp_path / "prefect" / "server.log").exists()
+    assert (tmp_path / "prefect" / "warm_stage_server.log").exists()
 
 
 def test_a_configured_server_is_used_as_it_is(monkeypatch):

@@ -7,7 +7,8 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2ForTokenClassification
 
 from ragen.policy import Policy, load_policy
-from ragen.policy.model import ModelLoadError, build_critic, load_causal_lm, load_critic, read_meta, save_model
+from ragen.policy.model import (ModelLoadError, build_critic, load_causal_lm, load_critic, pick_attn, read_meta,
+                                save_model)
 from ragen.policy.sampling import left_pad
 from ragen.policy.scoring import score_sequences, token_values
 
@@ -36,6 +37,30 @@ def test_hf_path_loads_samples_and_scores(hf_dir):
     logprobs, _ = score_sequences(model, ids, mask)
     for row, s in enumerate(samples):
         assert torch.allclose(logprobs[row, ids.shape[1] - len(s.token_ids):], torch.tensor(s.logprobs), atol=1e-4)
+
+
+def test_eager_and_sdpa_attention_agree_on_padded_batches(hf_dir):
+    """model.attn picks the attention kernel only: same samples, same log-probs, critic included."""
+    assert pick_attn(torch.device("cuda")) == "eager" and pick_attn(torch.device("cpu")) == "sdpa"
+    assert pick_attn(torch.device("cuda"), "sdpa") == "sdpa"
+    runs = {}
+    for attn in ("eager", "sdpa"):
+        model, tokenizer = load_causal_lm(hf_dir, device="cpu", attn=attn)
+        assert model.config._attn_implementation == attn
+        assert build_critic(model).config._attn_implementation == attn
+        policy = Policy(model.eval(), tokenizer)
+        prompts = [tokenizer.encode(t, add_special_tokens=False) for t in ["State:\n#_P#", "Up", "Turn 1:\nState:"]]
+        samples = policy.sample(prompts, max_new_tokens=12, generator=torch.Generator().manual_seed(3))
+        ids, mask = left_pad([p + list(s.token_ids) for p, s in zip(prompts, samples)], tokenizer.pad_token_id,
+                             model.device)
+        sampled = torch.zeros_like(mask, dtype=torch.bool)  # (B, T) the sampled tokens, right-aligned
+        for row, s in enumerate(samples):
+            sampled[row, ids.shape[1] - len(s.token_ids):] = True
+        # a left-padded row's first real token has no real context: its score is arbitrary and never used
+        runs[attn] = samples, score_sequences(model, ids, mask)[0][sampled]
+    assert [s.token_ids for s in runs["eager"][0]] == [s.token_ids for s in runs["sdpa"][0]]
+    assert torch.allclose(runs["eager"][1], runs["sdpa"][1], atol=1e-4)
+    assert load_critic(hf_dir, device="cpu", attn="eager").config._attn_implementation == "eager"
 
 
 def test_critic_starts_from_the_policy_with_zero_values(policy, tmp_path):

@@ -1,0 +1,85 @@
+"""`python -m flows.run STAGE [key=value ...]`: run stage `flows.STAGE`, in a warm stage server when one is up.
+
+dvc.yaml's commands. With $RAGEN_STAGE_SERVER naming the socket of a running `flows.warm` server (set by
+`python -m flows.server`, i.e. `make run`), the stage runs in a fork of that server, which has the heavy
+libraries imported already; the output, exit code and files are the same as `python -m flows.STAGE`, which is
+what runs here otherwise (no server, a refused request, or a server that went away). Standard library only, so
+this process starts in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import socket
+import sys
+
+from flows.warm import CODE, HEADER
+
+
+def _recv_exactly(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("the warm stage server closed the connection")
+        data += chunk
+    return data
+
+
+def run_warm(path: str, module: str, argv: list[str]) -> int | None:
+    """The stage's exit code from the server at `path`; None when it cannot or will not run it."""
+    try:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(path)
+    except OSError:
+        return None
+    with conn:
+        body = json.dumps({"module": module, "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+        try:
+            socket.send_fds(conn, [HEADER.pack(len(body))], [0, 1, 2])
+            conn.sendall(body)
+            answer = _recv_exactly(conn, 1)
+        except (OSError, ConnectionError):
+            return None
+        if answer != b"P":
+            return None
+        (pid,) = CODE.unpack(_recv_exactly(conn, CODE.size))
+
+        def forward(signum: int, _frame: object) -> None:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, forward)
+        # Ctrl-C reaches the stage directly (same process group); here it only must not kill the wait
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            (code,) = CODE.unpack(_recv_exactly(conn, CODE.size))
+        except ConnectionError:
+            print(f"the warm stage server lost stage {module} (pid {pid})", file=sys.stderr)
+            return 1
+    return code if code >= 0 else 128 - code  # killed by signal N: 128 + N, as a shell reports it
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m flows.run STAGE [key=value ...]", file=sys.stderr)
+        return 2
+    module = argv[0] if "." in argv[0] else f"flows.{argv[0]}"
+    server = os.environ.get("RAGEN_STAGE_SERVER")
+    if server:
+        code = run_warm(server, module, argv[1:])
+        if code is not None:
+            return code
+    sys.argv = [module, *argv[1:]]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,75 @@
+"""flows.warm / flows.run: stages run in a fork of a warm server, exactly as they would in their own process."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = """
+import os, sys
+print("argv", sys.argv[1:])
+print("cwd", os.getcwd())
+print("marker", os.environ.get("PROBE_MARKER"))
+print("parent", os.getppid())
+print("torch preloaded", "torch" in sys.modules)
+print("flows from", __import__("flows").__file__)
+print("to stderr", file=sys.stderr)
+raise SystemExit(int(os.environ.get("PROBE_CODE", "0")))
+"""
+
+
+@pytest.fixture
+def warm_server(tmp_path):
+    path = str(tmp_path / "s.sock")
+    env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect")}
+    server = subprocess.Popen([sys.executable, "-m", "flows.warm", path], cwd=ROOT, env=env)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(path):
+        assert server.poll() is None and time.monotonic() < deadline, "the warm server did not start"
+        time.sleep(0.05)
+    yield path, server.pid, env
+    server.terminate()
+    server.wait(timeout=20)
+
+
+def run_client(cwd, env, *args):
+    return subprocess.run([sys.executable, "-m", "flows.run", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env | {"PYTHONPATH": f"{cwd}:{ROOT}"})
+
+
+def stage_dir(tmp_path):
+    """A project copy with the probe as a stage module (flows/probe.py), so the child imports from there."""
+    project = tmp_path / "project"
+    (project / "flows").mkdir(parents=True)
+    (project / "flows" / "__init__.py").write_text((ROOT / "flows" / "__init__.py").read_text())
+    (project / "flows" / "warm.py").write_text((ROOT / "flows" / "warm.py").read_text())
+    (project / "flows" / "run.py").write_text((ROOT / "flows" / "run.py").read_text())
+    (project / "flows" / "probe.py").write_text(PROBE)
+    return project
+
+
+def test_a_stage_runs_in_a_fork_of_the_server_with_the_clients_io_cwd_env_and_exit_code(warm_server, tmp_path):
+    path, server_pid, env = warm_server
+    project = stage_dir(tmp_path)
+    done = run_client(project, env | {"RAGEN_STAGE_SERVER": path, "PROBE_MARKER": "m1", "PROBE_CODE": "3"},
+                      "probe", "a=1", "b=2")
+    assert done.returncode == 3
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert lines["argv"] == "['a=1', 'b=2']" and lines["cwd"] == str(project) and lines["marker"] == "m1"
+    assert lines["parent"] == str(server_pid) and lines["torch"] == "preloaded True"
+    assert lines["flows"] == f"from {project / 'flows' / '__init__.py'}"  # the project's code, not the server's
+    assert done.stderr.strip() == "to stderr"
+
+
+def test_other_library_settings_or_no_server_run_the_stage_in_the_clients_own_process(warm_server, tmp_path):
+    path, server_pid, env = warm_server
+    project = stage_dir(tmp_path)
+    for extra in ({"RAGEN_STAGE_SERVER": path, "MLFLOW_TRACKING_URI": "sqlite:////elsewhere.db"},
+                  {"RAGEN_STAGE_SERVER": str(tmp_path / "missing.sock")}, {}):
+        done = run_client(project, env | extra | {"PROBE_CODE": "4"}, "probe")
+        assert done.returncode == 4
+        assert f"parent {server_pid}" not in done.stdout and "torch preloaded False" in done.stdout
