@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Iterator, Sequence
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from ragen.envs import make_env
@@ -34,6 +34,10 @@ PRE_TOKENIZER = pre_tokenizers.Sequence([
     pre_tokenizers.Split(Regex(r"(?<=[.,:?]) "), behavior="merged_with_next"),
     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
 ])
+# Countdown's operators with their spaces, one token each whatever BPE learned: BPE merged " + " and " - " but
+# left " * " and " / " as three tokens, whose bare " " is also what precedes a number in the prompt's list
+# ("nums: [35, 12]"), and the warm-started model then often wrote two numbers with no operator between them
+OPERATOR_TOKENS = [" + ", " - ", " * ", " / "]
 # Short, skill-free thoughts per kind of action. Each kind has its own phrases (so one env's phrasing never
 # leads into another env's actions), and a thought names the actions exactly as the answer spells them.
 THOUGHTS = {
@@ -95,7 +99,8 @@ def env_corpus(tags: Sequence[str], episodes_per_env: int = 64, seed: int = 0) -
 
 
 def train_tokenizer(texts: Iterator[str] | Sequence[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    """Byte-level BPE with ChatML special tokens and chat template, as a transformers tokenizer."""
+    """Byte-level BPE with ChatML special tokens, chat template and whole operator tokens, as a transformers
+    tokenizer."""
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = PRE_TOKENIZER
     core.decoder = decoders.ByteLevel()
@@ -104,6 +109,7 @@ def train_tokenizer(texts: Iterator[str] | Sequence[str], vocab_size: int) -> Pr
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
     core.train_from_iterator(texts, trainer=trainer)
+    core.add_tokens([AddedToken(op, normalized=False) for op in OPERATOR_TOKENS])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core, eos_token=IM_END, pad_token=PAD_TOKEN, clean_up_tokenization_spaces=False,
     )

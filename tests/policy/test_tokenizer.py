@@ -43,3 +43,14 @@ def test_chat_template_renders_a_multi_turn_conversation(tokenizer):
         "<|im_start|>user\nReward:\n-0.1\n\nTurn 2<|im_end|>\n"
         "<|im_start|>assistant\n"
     )
+
+
+def test_countdown_operators_are_whole_tokens_and_survive_saving(tokenizer, tmp_path):
+    from transformers import PreTrainedTokenizerFast
+
+    text = "<answer>(89 * 61) / 34 - 2 + 5</answer>"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    pieces = [tokenizer.decode([i]) for i in ids]
+    assert {" * ", " / ", " - ", " + "} <= set(pieces) and tokenizer.decode(ids) == text
+    tokenizer.save_pretrained(tmp_path)
+    assert PreTrainedTokenizerFast.from_pretrained(tmp_path).encode(text, add_special_tokens=False) == ids
