@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from bench_sampling import model_flops  # same folder
+from bench_sampling import timed_rollout  # same folder
 from ragen.config import load_config
 from ragen.policy import Policy, load_policy
 from ragen.policy.model import build_critic, pick_device
@@ -36,7 +36,6 @@ from ragen.policy.sampling import left_pad
 from ragen.policy.scoring import score_sequences, token_values
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.records import EpisodeSpec
-from ragen.rollout import policy_responder, run_episodes
 from ragen.train import Learner, train_step
 
 SHAPES = {  # Qwen2.5-0.5B-Instruct's layer shapes (its config.json), and a small one for a quick look
@@ -80,29 +79,9 @@ def peak_tflops(device: torch.device, dtype: torch.dtype) -> float:
 
 def rollout(policy: Policy, cfg, episodes: int, seed: int) -> tuple[list, list, float, int, float]:
     """Play `episodes` Sokoban episodes; returns trajectories, per-turn prompt batches, seconds, tokens, FLOPs."""
-    batches, seconds, tokens, flops, fed = [], 0.0, 0, 0.0, {}
-    sampler = policy_responder(policy, cfg.rollout, generator=torch.Generator(policy.model.device).manual_seed(seed))
-
-    def timed(prompts, envs):
-        nonlocal seconds, tokens, flops
-        sync(policy.model.device)
-        start = time.perf_counter()
-        samples = sampler(prompts, envs)
-        sync(policy.model.device)
-        seconds += time.perf_counter() - start
-        tokens += sum(len(s.token_ids) for s in samples)
-        batches.append(([list(p) for p in prompts], [len(s.token_ids) for s in samples]))
-        before = [fed.get(id(env), 0) for env in envs]
-        flops += model_flops(policy.model, before, [len(p) - b for p, b in zip(prompts, before)])
-        flops += model_flops(policy.model, [len(p) for p in prompts], [len(s.token_ids) for s in samples])
-        for env, p, s in zip(envs, prompts, samples):
-            fed[id(env)] = len(p) + len(s.token_ids) - 1
-        return samples
-
     specs = [EpisodeSpec("sokoban", 10_000 + i // 16, i // 16) for i in range(episodes)]
-    trajectories = run_episodes(specs, timed, policy.renderer(True), cfg.rollout,
-                                max_positions=policy.model.config.max_position_embeddings)
-    return trajectories, batches, seconds, tokens, flops
+    generator = torch.Generator(policy.model.device).manual_seed(seed)
+    return timed_rollout(policy, cfg.rollout, specs, generator, sync=lambda: sync(policy.model.device))
 
 
 def generate_rate(policy: Policy, cfg, batches: list) -> tuple[float, int]:

@@ -15,6 +15,7 @@ import argparse
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -65,6 +66,36 @@ def model_flops(model, contexts: list[int], tokens: list[int]) -> float:
     return sum(2 * params * n + attn * (c * n + n * (n + 1) / 2) for c, n in zip(contexts, tokens))
 
 
+def timed_rollout(policy: Policy, cfg: RolloutConfig, specs: list[EpisodeSpec], generator: torch.Generator,
+                  sync: Callable[[], None] = lambda: None) -> tuple[list, list, float, int, float]:
+    """Play `specs` with our sampler (one batch per turn); returns the trajectories, each turn's (prompts,
+    sampled lengths), the sampling seconds, the sampled tokens and the model FLOPs our KV-cache session ran.
+    `sync` waits for the device before each clock read (CUDA)."""
+    batches, seconds, tokens, flops, fed = [], 0.0, 0, 0.0, {}
+    sampler = policy_responder(policy, cfg, generator=generator)
+
+    def timed(prompts, envs):
+        nonlocal seconds, tokens, flops
+        sync()
+        start = time.perf_counter()
+        samples = sampler(prompts, envs)
+        sync()
+        seconds += time.perf_counter() - start
+        tokens += sum(len(s.token_ids) for s in samples)
+        batches.append(([list(p) for p in prompts], [len(s.token_ids) for s in samples]))
+        # what our session ran: each row's new prompt tokens on top of its cache, then the sampled tokens
+        before = [fed.get(id(env), 0) for env in envs]
+        flops += model_flops(policy.model, before, [len(p) - b for p, b in zip(prompts, before)])
+        flops += model_flops(policy.model, [len(p) for p in prompts], [len(s.token_ids) for s in samples])
+        for env, p, s in zip(envs, prompts, samples):
+            fed[id(env)] = len(p) + len(s.token_ids) - 1
+        return samples
+
+    trajectories = run_episodes(specs, timed, policy.renderer(True), cfg,
+                                max_positions=policy.model.config.max_position_embeddings)
+    return trajectories, batches, seconds, tokens, flops
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="models/base")
@@ -79,26 +110,8 @@ def main() -> None:
     print(f"# sampling benchmark | {source} | {sum(p.numel() for p in policy.model.parameters()) / 1e6:.2f} M params | "
           f"{args.episodes} {args.env} episodes x {args.turns} turns | torch threads {torch.get_num_threads()}")
 
-    batches, ours_time, ours_tokens, ours_flops, fed = [], 0.0, 0, 0.0, {}
-    sampler = policy_responder(policy, cfg, generator=torch.Generator().manual_seed(0))
-
-    def timed(prompts, envs):
-        nonlocal ours_time, ours_tokens, ours_flops
-        start = time.perf_counter()
-        samples = sampler(prompts, envs)
-        ours_time += time.perf_counter() - start
-        ours_tokens += sum(len(s.token_ids) for s in samples)
-        batches.append(([list(p) for p in prompts], [len(s.token_ids) for s in samples]))
-        # what our session ran: each row's new prompt tokens on top of its cache, then the sampled tokens
-        before = [fed.get(id(env), 0) for env in envs]
-        ours_flops += model_flops(policy.model, before, [len(p) - b for p, b in zip(prompts, before)])
-        ours_flops += model_flops(policy.model, [len(p) for p in prompts], [len(s.token_ids) for s in samples])
-        for env, p, s in zip(envs, prompts, samples):
-            fed[id(env)] = len(p) + len(s.token_ids) - 1
-        return samples
-
     specs = [EpisodeSpec(args.env, 10_000 + i // 16, i // 16) for i in range(args.episodes)]
-    run_episodes(specs, timed, policy.renderer(True), cfg, max_positions=policy.model.config.max_position_embeddings)
+    _, batches, ours_time, ours_tokens, ours_flops = timed_rollout(policy, cfg, specs, torch.Generator().manual_seed(0))
 
     gen_time, gen_tokens = 0.0, 0
     for prompts, _ in batches:

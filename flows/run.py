@@ -16,17 +16,7 @@ import signal
 import socket
 import sys
 
-from flows.warm import CODE, HEADER
-
-
-def _recv_exactly(conn: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = conn.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("the warm stage server closed the connection")
-        data += chunk
-    return data
+from flows.warm import CODE, HEADER, recv_exactly
 
 
 def run_warm(path: str, module: str, argv: list[str]) -> int | None:
@@ -41,12 +31,12 @@ def run_warm(path: str, module: str, argv: list[str]) -> int | None:
         try:
             socket.send_fds(conn, [HEADER.pack(len(body))], [0, 1, 2])
             conn.sendall(body)
-            answer = _recv_exactly(conn, 1)
+            answer = recv_exactly(conn, 1)
         except (OSError, ConnectionError):
             return None
         if answer != b"P":
             return None
-        (pid,) = CODE.unpack(_recv_exactly(conn, CODE.size))
+        (pid,) = CODE.unpack(recv_exactly(conn, CODE.size))
 
         def forward(signum: int, _frame: object) -> None:
             try:
@@ -59,7 +49,7 @@ def run_warm(path: str, module: str, argv: list[str]) -> int | None:
         # Ctrl-C reaches the stage directly (same process group); here it only must not kill the wait
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            (code,) = CODE.unpack(_recv_exactly(conn, CODE.size))
+            (code,) = CODE.unpack(recv_exactly(conn, CODE.size))
         except ConnectionError:
             print(f"the warm stage server lost stage {module} (pid {pid})", file=sys.stderr)
             return 1

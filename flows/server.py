@@ -19,7 +19,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import IO, Callable, Iterator
 
 import flows  # noqa: F401  (PREFECT_HOME inside the project)
 
@@ -39,6 +39,16 @@ def _healthy(url: str) -> bool:
             return response.status == 200
     except OSError:
         return False
+
+
+def stop(server: subprocess.Popen, log: IO[bytes]) -> None:
+    """Terminate a helper server (kill it if it does not exit within 20 s) and close its log."""
+    server.terminate()
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+    log.close()
 
 
 @contextlib.contextmanager
@@ -64,12 +74,7 @@ def local_prefect_server(port: int | None = None) -> Iterator[str]:
             time.sleep(0.25)
         yield url
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+        stop(server, log)
 
 
 @contextlib.contextmanager
@@ -96,12 +101,7 @@ def warm_stage_server(env: dict[str, str]) -> Iterator[Callable[[], dict[str, st
     try:
         yield ready
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+        stop(server, log)
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -58,12 +58,12 @@ def preload() -> None:
         importlib.import_module(name)
 
 
-def _recv_exactly(conn: socket.socket, size: int) -> bytes:
+def recv_exactly(conn: socket.socket, size: int) -> bytes:
     data = b""
     while len(data) < size:
         chunk = conn.recv(size - len(data))
         if not chunk:
-            raise ConnectionError("client closed the connection")
+            raise ConnectionError("the other side closed the connection")
         data += chunk
     return data
 
@@ -71,9 +71,9 @@ def _recv_exactly(conn: socket.socket, size: int) -> bytes:
 def receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
     header, fds, _, _ = socket.recv_fds(conn, HEADER.size, 3)
     if len(header) < HEADER.size:
-        header += _recv_exactly(conn, HEADER.size - len(header))
+        header += recv_exactly(conn, HEADER.size - len(header))
     (size,) = HEADER.unpack(header)
-    return json.loads(_recv_exactly(conn, size)), list(fds)
+    return json.loads(recv_exactly(conn, size)), list(fds)
 
 
 def run_child(request: dict[str, Any], fds: list[int]) -> int:

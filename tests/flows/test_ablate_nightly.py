@@ -141,3 +141,22 @@ def test_nightly_deployment_carries_its_schedule_and_a_triggered_run_completes(s
     finished = asyncio.run(trigger_and_execute())
     assert finished.state.is_completed(), finished.state
     assert (small / "nightly").exists()
+
+
+@pytest.mark.slow
+def test_the_same_set_runs_on_a_dask_cluster_by_configuration_only(small):
+    """`--runner dask --address A`: the variants run in the worker processes of an existing Dask cluster."""
+    pytest.importorskip("prefect_dask")
+    from distributed import Client, LocalCluster, get_task_stream
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        workers = set(cluster.scheduler_info["workers"])
+        with Client(cluster) as dask_client, get_task_stream(client=dask_client) as stream:
+            assert main(["ablate", "tiny", "--runner", "dask", "--address", cluster.scheduler_address]) == 0
+    # the four variants ran as tasks in the cluster's worker processes
+    assert len(stream.data) == 4 and {task["worker"] for task in stream.data} <= workers, stream.data
+    out = small / "ablations" / "tiny"
+    assert all((out / run / "done.json").exists() for run in ("grpo-s0", "grpo-s1", "s-s0", "s-s1"))
+    client, experiment = client_for(small)
+    updates = client.search_runs([experiment], "tags.`ragen.stage` = 'update' and tags.`ragen.ablation_set` = 'tiny'")
+    assert len(updates) == 4
