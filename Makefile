@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# one local Prefect server for all stages instead of an ephemeral one per stage process (flows/server.py)
+# one local Prefect server and one warm stage server for all stages (flows/server.py, flows/warm.py): stages
+# skip an ephemeral Prefect server and their library imports
 run: setup
 	PATH="$(BIN):$$PATH" python -m flows.server -- dvc repro
 

@@ -11,7 +11,7 @@ from flows.base import base
 from flows.envgen import envgen
 from ragen.policy import load_policy
 from ragen.policy.model import ModelLoadError
-from ragen.policy.tokenizer import env_corpus, train_tokenizer
+from ragen.policy.tokenizer import OPERATOR_TOKENS, env_corpus, train_tokenizer
 
 SMALL = ["envs.tags=[bandit,sokoban]", "envs.train_size=8", "envs.val_size=4", "envs.test_size=2",
          "model.vocab_size=320", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
@@ -37,7 +37,8 @@ def test_tiny_base_is_trained_saved_measured_and_tracked(with_envs):
     project = with_envs
     results = base(params=str(project / "params.yaml"), overrides=SMALL)
     policy = load_policy(project / "models/base", device="cpu")
-    assert policy.model.config.hidden_size == 32 and len(policy.tokenizer) == 320
+    # the BPE vocabulary of model.vocab_size, plus Countdown's four operator tokens
+    assert policy.model.config.hidden_size == 32 and len(policy.tokenizer) == 320 + len(OPERATOR_TOKENS)
     assert json.loads((project / "models/base/ragen_meta.json").read_text()) == {"source": "tiny", "mode": "warm"}
     saved = json.loads((project / "metrics/base.json").read_text())
     assert set(saved) == {"bandit", "sokoban"} == set(results)
