@@ -115,8 +115,8 @@ def serve(path: str) -> int | None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the stage child (same process group)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".tmp")
-    os.replace(path + ".tmp", path)  # the path appears only once the server accepts
     listener.listen(16)
+    os.replace(path + ".tmp", path)  # the path appears only once the server accepts
     while True:
         conn, _ = listener.accept()
         with conn:
@@ -125,9 +125,12 @@ def serve(path: str) -> int | None:
             except (OSError, ValueError, ConnectionError):
                 continue
             if settings_env(request["env"]) != own_settings:
-                conn.sendall(b"R")
                 for fd in fds:
                     os.close(fd)
+                try:
+                    conn.sendall(b"R")
+                except OSError:
+                    pass
                 continue
             pid = os.fork()
             if pid == 0:
