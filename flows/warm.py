@@ -69,11 +69,18 @@ def recv_exactly(conn: socket.socket, size: int) -> bytes:
 
 
 def receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """One request: its JSON body and the client's stdin, stdout and stderr; on a malformed request the received
+    descriptors are closed before the error propagates (a long-lived server must not leak them)."""
     header, fds, _, _ = socket.recv_fds(conn, HEADER.size, 3)
-    if len(header) < HEADER.size:
-        header += recv_exactly(conn, HEADER.size - len(header))
-    (size,) = HEADER.unpack(header)
-    return json.loads(recv_exactly(conn, size)), list(fds)
+    try:
+        if len(header) < HEADER.size:
+            header += recv_exactly(conn, HEADER.size - len(header))
+        (size,) = HEADER.unpack(header)
+        return json.loads(recv_exactly(conn, size)), list(fds)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 def run_child(request: dict[str, Any], fds: list[int]) -> int:

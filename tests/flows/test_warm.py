@@ -73,3 +73,22 @@ def test_other_library_settings_or_no_server_run_the_stage_in_the_clients_own_pr
         done = run_client(project, env | extra | {"PROBE_CODE": "4"}, "probe")
         assert done.returncode == 4
         assert f"parent {server_pid}" not in done.stdout and "torch preloaded False" in done.stdout
+
+
+def test_a_malformed_request_closes_the_descriptors_it_carried():
+    import socket
+    from flows.warm import HEADER, receive
+
+    server, client = socket.socketpair(socket.AF_UNIX)
+    read_end, write_end = os.pipe()
+    body = b"{not json"
+    socket.send_fds(client, [HEADER.pack(len(body)) + body], [read_end, write_end])
+    client.close()
+    before = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(ValueError):
+        receive(server)
+    server.close()
+    leaked = set(os.listdir("/proc/self/fd")) - before
+    assert leaked == set()
+    os.close(read_end)
+    os.close(write_end)
