@@ -45,8 +45,8 @@ def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.ya
                 ) -> dict[str, Any]:
     """rollout -> filter -> critic_fit -> update -> evaluate -> report of one configuration into `out`.
 
-    Returns update's summary (val success, timings) and evaluate's results. Skipped, with the results read back,
-    when `out/done.json` records the same config digest (unless `force`).
+    Returns update's summary (val success, timings), evaluate's results and the wall time (wall_s). Skipped, with
+    the results read back, when `out/done.json` records the same config digest (unless `force`).
     """
     overrides = list(overrides)
     cfg = load_config(params, overrides)
@@ -56,6 +56,7 @@ def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.ya
         print(f"ablate | {out} is up to date, not rerun")
         return json.loads(done.read_text())["results"]
     out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
     common = dict(params=params, overrides=overrides)
     rollout(**common, envs_dir=envs_dir, base_dir=base_dir, out=str(out / "base.parquet"),
             metrics_path=str(out / "rollout.json"))
@@ -72,7 +73,7 @@ def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.ya
     if Path(base_metrics).exists():
         shutil.copyfile(base_metrics, out / "base.json")
         report(**common, metrics_dir=str(out), out_dir=str(out / "report"))
-    summary = {"env": cfg.train.env, "train": trained, "eval": results}
+    summary = {"env": cfg.train.env, "train": trained, "eval": results, "wall_s": time.perf_counter() - start}
     write_json(done, {"digest": digest, "results": summary})
     return summary
 

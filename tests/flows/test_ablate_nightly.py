@@ -52,7 +52,8 @@ def test_ablation_set_runs_nests_reports_and_resumes(small, capsys):
     assert main(["ablate", "tiny"]) == 0
     out = small / "ablations" / "tiny"
     for run in ("grpo-s0", "grpo-s1", "s-s0", "s-s1"):
-        assert json.loads((out / run / "done.json").read_text())["results"]["env"] == "bandit"
+        results = json.loads((out / run / "done.json").read_text())["results"]
+        assert results["env"] == "bandit" and results["wall_s"] > 0
         assert (out / run / "report" / "report.md").exists()
     text = (out / "report.md").read_text()
     assert "| grpo | bandit | 2 |" in text and "| s | bandit | 2 |" in text
