@@ -15,12 +15,10 @@ import argparse
 from collections import defaultdict
 
 import polars as pl
-import torch
 
 from ragen.config import load_config
+from ragen.evaluation import evaluate_policy
 from ragen.policy import load_policy
-from ragen.records import EpisodeSpec
-from ragen.rollout import policy_responder, run_episodes
 
 
 def main() -> None:
@@ -35,11 +33,9 @@ def main() -> None:
     table = pl.read_parquet(f"data/envs/{args.env}/val.parquet").head(args.instances)
     moves = dict(zip(table["seed"].to_list(), table["optimal_moves"].to_list()))
     policy = load_policy(args.policy, **cfg.model.placement())
-    specs = [EpisodeSpec(args.env, seed, i) for i, seed in enumerate(moves) for _ in range(args.rollouts)]
-    generator = torch.Generator(policy.model.device).manual_seed(cfg.train.seed)
-    trajectories = run_episodes(specs, policy_responder(policy, cfg.rollout, generator=generator),
-                                policy.renderer(cfg.rollout.enable_think), cfg.rollout,
-                                max_positions=policy.model.config.max_position_embeddings)
+    seeds = [seed for seed in moves for _ in range(args.rollouts)]
+    _, trajectories = evaluate_policy(policy, args.env, seeds, cfg.rollout, temperature=cfg.rollout.temperature,
+                                      seed=cfg.train.seed)
     wins: dict[int, list[bool]] = defaultdict(list)
     for t in trajectories:
         wins[t.seed].append(t.success)
@@ -47,14 +43,14 @@ def main() -> None:
     print(f"\n# exploration | {args.env} | {args.policy} | T {cfg.rollout.temperature} | {args.instances} val "
           f"instances x {args.rollouts} rollouts")
     print(f"{'optimal moves':>13} {'instances':>9} {'success':>8} " + " ".join(f"{'pass@' + str(n):>8}" for n in sizes))
-    by_moves: dict[int, list[int]] = defaultdict(list)
+    by_moves: dict[int | None, list[int]] = defaultdict(list)  # None: envgen's solver found no solution
     for seed, m in moves.items():
         by_moves[m].append(seed)
-    for m in sorted(by_moves):
+    for m in sorted(by_moves, key=lambda m: (m is None, m or 0)):
         seeds = by_moves[m]
         rate = sum(sum(wins[s]) for s in seeds) / (len(seeds) * args.rollouts)
         passes = [sum(any(wins[s][:n]) for s in seeds) / len(seeds) for n in sizes]
-        label = "unsolvable" if m < 0 else str(m)
+        label = "no solution" if m is None else str(m)
         print(f"{label:>13} {len(seeds):>9} {rate:>8.3f} " + " ".join(f"{p:>8.3f}" for p in passes))
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from flows.ablate import rl_pipeline
 from flows.common import read_seeds
 from flows.evaluate import evaluate
-from ragen.config import load_config
-from ragen.policy import load_policy
+from ragen.config import Config, load_config
+from ragen.policy import Policy, load_policy
 from ragen.records import EpisodeSpec
 from ragen.rollout import run_episodes, summarize
 from ragen.warmstart import scripted_responder
@@ -33,10 +33,8 @@ def stderr(p: float, n: int) -> float:
     return math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
 
 
-def random_success(overrides: list[str], env: str, split: str, base_dir: str = "models/base") -> float:
+def random_success(cfg: Config, policy: Policy, env: str, split: str) -> float:
     """Success of random valid actions (the warm-start script) on the episodes `evaluate` plays."""
-    cfg = load_config("params.yaml", overrides)
-    policy = load_policy(base_dir, device="cpu")
     renderer = policy.renderer(cfg.rollout.enable_think)
     seeds = read_seeds("data/envs", env, split)[: cfg.eval.episodes]
     respond = scripted_responder("warm", renderer.tokenizer, renderer.prefix, seed=cfg.train.seed,
@@ -65,9 +63,10 @@ def main() -> None:
         wall = summary.get("wall_s", math.nan)  # of the run that trained, also when reused
         base = evaluate(overrides=overrides, policy_dir="models/base", metrics_path=str(out / "eval_base.json"),
                         trajectories_out=str(out / "eval_base.parquet"))
+        cfg, base_policy = load_config("params.yaml", overrides), load_policy("models/base", device="cpu")
         for split in ("val", "test"):
             trained, before = summary["eval"][env][split], base[env][split]
-            rows.append((env, split, random_success(overrides, env, split), before, trained, wall))
+            rows.append((env, split, random_success(cfg, base_policy, env, split), before, trained, wall))
         timings.append((env, summary["train"]))
     print(f"\n# learning benchmark | preset {args.preset} | {args.steps} steps | success rate ± standard error")
     print(f"{'env':<12} {'split':<5} {'random':>6} {'base':>12} {'trained':>12} {'gap/se':>6} {'ceiling':>7} "
