@@ -46,6 +46,24 @@ def read_seeds(envs_dir: str | Path, tag: str, split: str) -> list[int]:
     return pl.read_parquet(path, columns=["seed"])["seed"].to_list()
 
 
+def read_train_pool(envs_dir: str | Path, tag: str, max_optimal_moves: int = 0) -> list[int]:
+    """The train seeds of `tag`, or only those the solver solves in at most `max_optimal_moves` moves (0: all)."""
+    import polars as pl
+
+    if max_optimal_moves == 0:
+        return read_seeds(envs_dir, tag, "train")
+    path = Path(envs_dir) / tag / "train.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; run stage envgen first (dvc repro envgen)")
+    table = pl.read_parquet(path, columns=["seed", "optimal_moves"])
+    pool = table.filter(pl.col("optimal_moves") <= max_optimal_moves)["seed"].to_list()
+    if not pool:
+        fewest = table["optimal_moves"].min()
+        raise ValueError(f"train.max_optimal_moves={max_optimal_moves} leaves no train instance of {tag} (the easiest "
+                         f"needs {fewest} moves); raise it, or set 0 to train on every instance")
+    return pool
+
+
 def read_ceilings(envs_dir: str | Path, tag: str, split: str) -> dict[int, float]:
     """seed -> the solver's success ceiling, from the envgen tables."""
     import polars as pl

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from prefect import flow
 
-from flows.common import read_seeds, run_stage, write_json
+from flows.common import read_train_pool, run_stage, write_json
 from ragen.config import load_config
 from ragen.policy import load_policy
 from ragen.tracking import MlflowTracker
@@ -23,7 +23,7 @@ def rollout(params: str = "params.yaml", overrides: list[str] | None = None, env
             base_dir: str = "models/base", out: str = "data/rollouts/base.parquet",
             metrics_path: str = "metrics/rollout.json") -> dict[str, float]:
     cfg = load_config(params, overrides or [])
-    pool = read_seeds(envs_dir, cfg.train.env, "train")
+    pool = read_train_pool(envs_dir, cfg.train.env, cfg.train.max_optimal_moves)
     with MlflowTracker.for_stage(cfg, "rollout") as tracker:
         policy = load_policy(base_dir, **cfg.model.placement())
         trajectories = collect(cfg, policy, pool, step=0)

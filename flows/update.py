@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from prefect import flow
 
-from flows.common import read_seeds, run_stage, write_json
+from flows.common import read_seeds, read_train_pool, run_stage, write_json
 from ragen.checkpoint import load_checkpoint, save_checkpoint
 from ragen.config import Config, config_digest, load_config
 from ragen.evaluation import evaluate_policy
@@ -65,7 +65,7 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
                   stop_after: int | None = None) -> dict[str, float]:
     """`stop_after` ends the run after that many steps as if killed (for resume tests)."""
     cfg = load_config(params, overrides or [])
-    pool = read_seeds(envs_dir, cfg.train.env, "train")
+    pool = read_train_pool(envs_dir, cfg.train.env, cfg.train.max_optimal_moves)
     val_seeds = read_seeds(envs_dir, cfg.train.env, "val")[: cfg.train.eval_episodes]
     first_batch = read_trajectories(rollouts)
     learner = make_learner(cfg, base_dir, critic_dir)

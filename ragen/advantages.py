@@ -37,7 +37,7 @@ def compute_gae(token_rewards: torch.Tensor, values: torch.Tensor, loss_mask: to
 
     Args:
         token_rewards: (B, T) reward on each token (the return on the last token by default).
-        values: (B, T) critic values V(x_<=t).
+        values: (B, T) critic values V(x_<t), the state in which token t is chosen (`token_values`).
         loss_mask: (B, T) bool, True where the token is trained on.
     Returns:
         advantages (B, T), returns (B, T).

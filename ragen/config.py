@@ -42,7 +42,7 @@ class ModelConfig:
 
     source: str = "tiny"  # tiny (the embedded default, built here) | hf (a local Hugging Face checkpoint)
     path: str = ""  # hf only: local checkpoint directory (e.g. a Qwen2.5-0.5B-Instruct download); never fetched
-    vocab_size: int = 1024  # tiny: byte-level BPE vocabulary trained on env text
+    vocab_size: int = 1024  # tiny: byte-level BPE trained on env text; the model gets 4 more ids (whole operator tokens)
     hidden_size: int = 192  # tiny: Qwen2 hidden size (with the defaults: 1.9 M parameters)
     num_layers: int = 4  # tiny: decoder layers
     num_heads: int = 6  # tiny: attention heads
@@ -137,6 +137,8 @@ class TrainConfig:
     steps: int = 40  # policy updates (RAGEN: 200)
     groups: int = 8  # P: env groups per step (distinct initial states)
     group_size: int = 16  # N: rollouts per group (same seed: same start and env randomness)
+    max_optimal_moves: int = 0  # curriculum: train only on instances the solver solves in at most this many
+    #   moves (envgen's optimal_moves; unsolvable ones drop out); 0 trains on the whole train split
     lr: float = 0.0001  # actor AdamW learning rate (RAGEN: 1e-6 for Qwen-0.5B; the tiny model needs more)
     weight_decay: float = 0.01  # AdamW weight decay, actor and critic
     grad_clip: float = 1.0  # gradient-norm clip
@@ -277,6 +279,8 @@ def validate(config: Config) -> None:
         raise ConfigError(f"filter.keep_ratio must be in (0, 1], got {config.filter.keep_ratio}")
     if config.train.groups * config.train.group_size < 2 or config.train.group_size < 1:
         raise ConfigError("train: need groups * group_size >= 2 trajectories per step")
+    if config.train.max_optimal_moves < 0:
+        raise ConfigError(f"train.max_optimal_moves must be >= 0 (0: no limit), got {config.train.max_optimal_moves}")
     if not 0.0 < config.rollout.top_p <= 1.0 or config.rollout.temperature < 0 or config.rollout.top_k < 0:
         raise ConfigError("rollout: need 0 < top_p <= 1, temperature >= 0 and top_k >= 0")
     splits = list(ranges)

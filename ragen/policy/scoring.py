@@ -56,13 +56,20 @@ def score_sequences(model: PreTrainedModel, input_ids: torch.Tensor, attention_m
 
 
 def token_values(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """V(x_<=t) for every token: the critic's scalar head at position t (the state after reading token t).
+    """V(x_<t) for every token t: the value of the state in which token t is chosen, aligned like `token_logprobs`.
+
+        values[b, t] = head(h[b, t - 1]),   values[b, 0] = 0
+    The critic's head at position t - 1 has read x_<t but not x_t, so the baseline of token t never sees the token
+    it judges (verl takes the values one position before each response token for the same reason). A value read
+    after x_t would absorb the action's own effect: with a perfect critic, A_t = G - V would carry no signal about
+    choosing x_t.
 
     Returns (B, T) float32, differentiable.
     """
     out = critic(input_ids=input_ids, attention_mask=attention_mask,
                  position_ids=position_ids_from_mask(attention_mask))
-    return out.logits.squeeze(-1).float()  # (B, T)
+    values = out.logits.squeeze(-1).float()  # (B, T): head(h_t), the state after reading token t
+    return F.pad(values[:, :-1], (1, 0))  # (B, T): shifted so position t holds head(h_{t-1})
 
 
 def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor) -> int:
@@ -108,7 +115,7 @@ def token_logprobs_shared_prefix(model: PreTrainedModel, input_ids: torch.Tensor
     for b, n in enumerate(own):
         suffix[b, :n] = input_ids[b, width - n:]
         suffix_mask[b, :n] = 1
-    head = model(input_ids=prefix, use_cache=True)
+    head = model(input_ids=prefix, use_cache=True, logits_to_keep=1)  # only the last position predicts a suffix token
     cache = DynamicCache()
     for layer, kv in enumerate(head.past_key_values.layers):
         cache.update(kv.keys.expand(batch, -1, -1, -1), kv.values.expand(batch, -1, -1, -1), layer)

@@ -79,6 +79,23 @@ def test_critic_starts_from_the_policy_with_zero_values(policy, tmp_path):
     assert torch.equal(again.score.weight, critic.score.weight)
 
 
+def test_the_value_of_a_token_is_read_before_the_token(policy):
+    """values[t] = V(x_<t): the baseline of token t must not see x_t (else a good critic cancels its advantage)."""
+    critic = build_critic(policy.model)
+    torch.manual_seed(0)
+    critic.score.weight.data.normal_()
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    changed = ids.clone()
+    changed[0, 2] = 11  # another token at position 2
+    mask = torch.ones_like(ids)
+    values, other = token_values(critic, ids, mask), token_values(critic, changed, mask)
+    assert values[0, 0] == 0  # no state before the first token
+    assert torch.equal(values[:, :3], other[:, :3])  # positions 0..2 read tokens 0..1 only
+    assert not torch.allclose(values[:, 3], other[:, 3])  # position 3 has read the changed token
+    head = critic(input_ids=ids, attention_mask=mask).logits.squeeze(-1)  # (1, 5): head(h_t)
+    assert torch.allclose(values[:, 1:], head[:, :-1])
+
+
 def test_save_model_is_complete_and_loads(policy, tmp_path):
     save_model(policy.model, tmp_path / "policy", tokenizer=policy.tokenizer, meta={"source": "tiny"})
     files = {p.name for p in (tmp_path / "policy").iterdir()}
