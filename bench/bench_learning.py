@@ -9,7 +9,9 @@ outputs are untouched); the wall time of that is the training budget the issue's
 val and test episodes at the same temperature (eval.*), it evaluates the base policy (`evaluate` flow on
 models/base) and random valid actions, and prints per split: random, base and trained success with their standard
 errors, the trained-minus-base gap in standard errors, the solver ceiling and the trained success as a fraction of
-it. Last, seconds per training step split into rollout, scoring and update, with tokens per second.
+it. Then the rollout success on the train pool over the first and the last 10 steps (what the policy learned
+on the instances it trains on, e.g. a `train.max_optimal_moves` curriculum). Last, seconds per training step split
+into rollout, scoring and update, with tokens per second.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from flows.evaluate import evaluate
 from ragen.config import Config, load_config
 from ragen.policy import Policy, load_policy
 from ragen.records import EpisodeSpec
+from ragen.report import read_steps_csv
 from ragen.rollout import run_episodes, summarize
 from ragen.warmstart import scripted_responder
 
@@ -55,7 +58,7 @@ def main() -> None:
                         help="keep a finished run with the same config (and its wall time) instead of training again")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every env")
     args = parser.parse_args()
-    rows, timings = [], []
+    rows, timings, curves = [], [], []
     for env in args.envs:
         out = Path(".bench") / args.preset / env
         overrides = [f"preset={args.preset}", f"train.env={env}", f"train.steps={args.steps}", *args.overrides]
@@ -68,6 +71,7 @@ def main() -> None:
             trained, before = summary["eval"][env][split], base[env][split]
             rows.append((env, split, random_success(cfg, base_policy, env, split), before, trained, wall))
         timings.append((env, summary["train"]))
+        curves.append((env, read_steps_csv(out / "train_steps.csv")))
     print(f"\n# learning benchmark | preset {args.preset} | {args.steps} steps | success rate ± standard error")
     print(f"{'env':<12} {'split':<5} {'random':>6} {'base':>12} {'trained':>12} {'gap/se':>6} {'ceiling':>7} "
           f"{'of ceiling':>10} {'train wall s':>12}")
@@ -78,6 +82,12 @@ def main() -> None:
         print(f"{env:<12} {split:<5} {rand:>6.3f} {before['success_rate']:>6.3f}±{se_b:.3f} "
               f"{trained['success_rate']:>6.3f}±{se_t:.3f} {gap:>6.1f} {trained['success_ceiling']:>7.3f} "
               f"{trained['success_of_ceiling']:>10.1%} {wall:>12.0f}")
+    for env, steps in curves:
+        # step 1 trains on the stage-filter batch (kept groups only), so its figures are not a fresh rollout
+        success = [row["rollout/success_rate"] for row in steps[1:]]
+        head, tail = success[:10], success[-10:]
+        print(f"{env:<12} train-pool rollout success: steps 2-{len(head) + 1} "
+              f"{sum(head) / len(head):.3f}, last {len(tail)} {sum(tail) / len(tail):.3f}")
     for env, t in timings:
         per_step = t["timing/rollout_s_mean"] + t["timing/score_s_mean"] + t["timing/update_s_mean"]
         print(f"{env:<12} {per_step:.1f} s per step: rollout {t['timing/rollout_s_mean']:.2f}s "
