@@ -14,8 +14,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-import polars as pl
-
+from flows.common import read_instances
 from ragen.config import load_config
 from ragen.evaluation import evaluate_policy
 from ragen.policy import load_policy
@@ -30,7 +29,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="key=value overrides (rollout.*)")
     args = parser.parse_args()
     cfg = load_config("params.yaml", args.overrides)
-    table = pl.read_parquet(f"data/envs/{args.env}/val.parquet").head(args.instances)
+    table = read_instances("data/envs", args.env, "val", ["seed", "optimal_moves"]).head(args.instances)
     moves = dict(zip(table["seed"].to_list(), table["optimal_moves"].to_list()))
     policy = load_policy(args.policy, **cfg.model.placement())
     seeds = [seed for seed in moves for _ in range(args.rollouts)]

@@ -36,14 +36,19 @@ def write_json(path: str | Path, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def read_seeds(envs_dir: str | Path, tag: str, split: str) -> list[int]:
-    """The seeds of one instance table written by stage envgen."""
+def read_instances(envs_dir: str | Path, tag: str, split: str, columns: list[str]):
+    """Columns of one instance table written by stage envgen (a polars DataFrame)."""
     import polars as pl
 
     path = Path(envs_dir) / tag / f"{split}.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; run stage envgen first (dvc repro envgen)")
-    return pl.read_parquet(path, columns=["seed"])["seed"].to_list()
+    return pl.read_parquet(path, columns=columns)
+
+
+def read_seeds(envs_dir: str | Path, tag: str, split: str) -> list[int]:
+    """The seeds of one instance table written by stage envgen."""
+    return read_instances(envs_dir, tag, split, ["seed"])["seed"].to_list()
 
 
 def read_train_pool(envs_dir: str | Path, tag: str, max_optimal_moves: int = 0) -> list[int]:
@@ -52,10 +57,7 @@ def read_train_pool(envs_dir: str | Path, tag: str, max_optimal_moves: int = 0) 
 
     if max_optimal_moves == 0:
         return read_seeds(envs_dir, tag, "train")
-    path = Path(envs_dir) / tag / "train.parquet"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; run stage envgen first (dvc repro envgen)")
-    table = pl.read_parquet(path, columns=["seed", "optimal_moves"])
+    table = read_instances(envs_dir, tag, "train", ["seed", "optimal_moves"])
     pool = table.filter(pl.col("optimal_moves") <= max_optimal_moves)["seed"].to_list()
     if not pool:
         fewest = table["optimal_moves"].min()
@@ -66,7 +68,5 @@ def read_train_pool(envs_dir: str | Path, tag: str, max_optimal_moves: int = 0) 
 
 def read_ceilings(envs_dir: str | Path, tag: str, split: str) -> dict[int, float]:
     """seed -> the solver's success ceiling, from the envgen tables."""
-    import polars as pl
-
-    table = pl.read_parquet(Path(envs_dir) / tag / f"{split}.parquet", columns=["seed", "success_ceiling"])
+    table = read_instances(envs_dir, tag, split, ["seed", "success_ceiling"])
     return dict(zip(table["seed"].to_list(), table["success_ceiling"].to_list()))
