@@ -1,7 +1,7 @@
 """Learning benchmark: StarPO-S on the embedded CPU policy, per env; prints a table (not a test).
 
     python bench/bench_learning.py [--envs bandit frozen_lake sokoban] [--steps 40] [--preset starpo_s] [--reuse]
-                                   [key=value ...]
+                                   [--sft-base-steps N] [key=value ...]
 
 Needs `dvc repro base` first (data/envs and models/base). For each env it runs the rollout, filter, critic_fit,
 update, evaluate and report flows (flows.ablate.rl_pipeline) into .bench/<preset>/<env>/ (the pipeline's own
@@ -12,6 +12,11 @@ errors, the trained-minus-base gap in standard errors, the solver ceiling and th
 it. Then the rollout success on the train pool over the first and the last 10 steps (what the policy learned
 on the instances it trains on, e.g. a `train.max_optimal_moves` curriculum). Last, seconds per training step split
 into rollout, scoring and update, with tokens per second.
+
+`--sft-base-steps N` starts from (and compares against) a base with some skill instead of the pipeline's warm base:
+stage base with `base.mode=sft base.steps=N` (solver demonstrations for every env, N supervised steps) built into
+.bench/base_sft<N>/, and the runs go to .bench/<preset>-sft<N>/<env>/. RAGEN starts from an instruction-tuned
+LLM, which has priors; the warm base has none.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import math
 from pathlib import Path
 
 from flows.ablate import rl_pipeline
+from flows.base import base as build_base
 from flows.common import read_seeds
 from flows.evaluate import evaluate
 from ragen.config import Config, load_config
@@ -56,23 +62,33 @@ def main() -> None:
     parser.add_argument("--preset", default="starpo_s")
     parser.add_argument("--reuse", action="store_true",
                         help="keep a finished run with the same config (and its wall time) instead of training again")
+    parser.add_argument("--sft-base-steps", type=int, default=0,
+                        help="start from a base trained N steps on solver demonstrations (0: the warm models/base)")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every env")
     args = parser.parse_args()
+    base_dir, base_metrics, runs = "models/base", "metrics/base.json", Path(".bench") / args.preset
+    if args.sft_base_steps > 0:
+        n = args.sft_base_steps
+        base_dir, base_metrics = f".bench/base_sft{n}", f".bench/base_sft{n}.json"
+        runs = Path(".bench") / f"{args.preset}-sft{n}"
+        if not (args.reuse and Path(base_metrics).exists()):
+            build_base(overrides=["base.mode=sft", f"base.steps={n}"], out_dir=base_dir, metrics_path=base_metrics)
     rows, timings, curves = [], [], []
     for env in args.envs:
-        out = Path(".bench") / args.preset / env
+        out = runs / env
         overrides = [f"preset={args.preset}", f"train.env={env}", f"train.steps={args.steps}", *args.overrides]
-        summary = rl_pipeline(overrides, out, force=not args.reuse)
+        summary = rl_pipeline(overrides, out, base_dir=base_dir, base_metrics=base_metrics, force=not args.reuse)
         wall = summary.get("wall_s", math.nan)  # of the run that trained, also when reused
-        base = evaluate(overrides=overrides, policy_dir="models/base", metrics_path=str(out / "eval_base.json"),
+        base = evaluate(overrides=overrides, policy_dir=base_dir, metrics_path=str(out / "eval_base.json"),
                         trajectories_out=str(out / "eval_base.parquet"))
-        cfg, base_policy = load_config("params.yaml", overrides), load_policy("models/base", device="cpu")
+        cfg, base_policy = load_config("params.yaml", overrides), load_policy(base_dir, device="cpu")
         for split in ("val", "test"):
             trained, before = summary["eval"][env][split], base[env][split]
             rows.append((env, split, random_success(cfg, base_policy, env, split), before, trained, wall))
         timings.append((env, summary["train"]))
         curves.append((env, read_steps_csv(out / "train_steps.csv")))
-    print(f"\n# learning benchmark | preset {args.preset} | {args.steps} steps | success rate ± standard error")
+    print(f"\n# learning benchmark | preset {args.preset} | {args.steps} steps | base {base_dir} | "
+          f"success rate ± standard error")
     print(f"{'env':<12} {'split':<5} {'random':>6} {'base':>12} {'trained':>12} {'gap/se':>6} {'ceiling':>7} "
           f"{'of ceiling':>10} {'train wall s':>12}")
     for env, split, rand, before, trained, wall in rows:
