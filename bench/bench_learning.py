@@ -101,6 +101,8 @@ def main() -> None:
     for env, steps in curves:
         # step 1 trains on the stage-filter batch (kept groups only), so its figures are not a fresh rollout
         success = [row["rollout/success_rate"] for row in steps[1:]]
+        if not success:  # a one-step run has no fresh rollout to report
+            continue
         head, tail = success[:10], success[-10:]
         print(f"{env:<12} train-pool rollout success: steps 2-{len(head) + 1} "
               f"{sum(head) / len(head):.3f}, last {len(tail)} {sum(tail) / len(tail):.3f}")
