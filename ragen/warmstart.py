@@ -25,7 +25,7 @@ from ragen.envs.bandit import BanditEnv
 from ragen.envs.countdown import CountdownEnv
 from ragen.envs.frozen_lake import FrozenLakeEnv
 from ragen.envs.sokoban import SokobanEnv
-from ragen.envs.solvers import bandit_optimal_arm, countdown_solve, frozen_lake_best_action, sokoban_plan
+from ragen.envs.solvers import bandit_optimal_arm, countdown_solve, frozen_lake_turn_actions, sokoban_plan
 from ragen.batching import build_batch
 from ragen.policy.sampling import Sample
 from ragen.policy.scoring import shared_prefix_length, token_logprobs, token_logprobs_shared_prefix
@@ -41,25 +41,25 @@ def actions_left(env: TextEnv) -> int:
 MIN_SHARED_PREFIX = 16  # tokens; shorter shared prefixes are not worth a second model call
 
 
-def random_actions(env: TextEnv, rng: random.Random, max_per_turn: int, max_turns: int = 0) -> list[str]:
+def random_actions(env: TextEnv, rng: random.Random, max_per_turn: int, turns_left: int = 0) -> list[str]:
     """1 to 3 random valid actions (never more than the turn or the budget allows)."""
     count = rng.randint(1, max(1, min(3, max_per_turn, actions_left(env))))
     return [random_action(env, rng) for _ in range(count)]
 
 
-def expert_actions(env: TextEnv, rng: random.Random, max_per_turn: int, max_turns: int) -> list[str]:
+def expert_actions(env: TextEnv, rng: random.Random, max_per_turn: int, turns_left: int) -> list[str]:
     """The solver's next actions for the env's current state (random ones where no solution exists).
 
-    FrozenLake is stochastic, so the expert acts one step per turn and looks again; it plans for the steps it
-    can still take, min(actions left, turns left), since it uses exactly one action per turn.
+    FrozenLake is stochastic: the expert plays the first turn of an optimal policy under the rollout's limits
+    (`turns_left` turns, up to `max_per_turn` actions per turn played blind, the episode's actions left), so it
+    takes several steps in a turn only where the budget makes that worth more than looking again.
     """
     left = min(max_per_turn, actions_left(env))
     if isinstance(env, SokobanEnv):
         plan = sokoban_plan(env.board)
         return plan[:left] if plan else random_actions(env, rng, max_per_turn)
     if isinstance(env, FrozenLakeEnv):
-        horizon = min(actions_left(env), min(max_turns, env.max_turns) - env.num_steps)
-        return [frozen_lake_best_action(env.render(), horizon)]
+        return frozen_lake_turn_actions(env.render(), actions_left(env), turns_left, max_per_turn)
     if isinstance(env, BanditEnv):
         return [bandit_optimal_arm(env.arms)[0]]
     if isinstance(env, CountdownEnv):
@@ -77,11 +77,14 @@ def scripted_responder(mode: str, tokenizer: PreTrainedTokenizerBase, prefix: st
     """Responses written by a script instead of sampled: `mode` warm (random actions) or sft (solver)."""
     rng = random.Random(seed)
     choose = CHOOSERS[mode]
+    turns_taken: dict[int, int] = {}  # id(env) -> turns answered in its episode (scripted turns always act)
 
     def respond(prompts: list[list[int]], envs: list[TextEnv]) -> list[Sample]:
         samples = []
         for env in envs:
-            actions = choose(env, rng, max_actions_per_turn, max_turns)
+            turn = 0 if env.num_steps == 0 else turns_taken.get(id(env), 0)
+            turns_taken[id(env)] = turn + 1
+            actions = choose(env, rng, max_actions_per_turn, min(max_turns, env.max_turns) - turn)
             text = example_response(rng, actions, enable_think, kind=thought_kind(env))
             ids = tokenizer.encode(text[len(prefix):], add_special_tokens=False)
             samples.append(Sample(tuple(ids), (0.0,) * len(ids), "stop"))

@@ -4,7 +4,11 @@
   solved state is popped gives the fewest actions (moves and pushes both count).
 - FrozenLake: finite-horizon value iteration on the slippery transition table,
       V_0(s) = 1[s = goal],   V_k(s) = 1[s = goal] + 1[s non-terminal] * max_a sum_s' P(s'|s,a) V_{k-1}(s'),
-  so V_k(start) is the optimal probability of reaching the goal within k actions.
+  so V_k(start) is the optimal probability of reaching the goal within k actions. Under the rollout's limits
+  (t turns, up to K actions per turn played blind, a actions in all) the same recursion runs over turns,
+      W_{a,t}(s) = 1[s = goal] if s is terminal, a = 0 or t = 0, else
+                   max_{1 <= k <= min(K, a)} max_{q in A^k} sum_s' D_q(s, s') W_{a-k, t-1}(s'),
+  with D_q = P_{q_1} ... P_{q_k} the transition matrix of the action sequence q (terminal tiles absorb).
 - Bandit: the arm with the highest expected reward.
 - Countdown: exhaustive search over every way of combining the numbers pairwise with + - * /.
 """
@@ -15,6 +19,8 @@ from collections import deque
 from fractions import Fraction
 from functools import lru_cache
 from typing import Sequence
+
+import torch
 
 from ragen.envs.bandit import Arm
 from ragen.envs.frozen_lake import ACTIONS as LAKE_ACTIONS
@@ -90,13 +96,57 @@ def frozen_lake_success_probability(layout: str, max_steps: int) -> float:
     return _lake_values(lake, transition_table(lake), max_steps)[lake.index(player)]
 
 
-def frozen_lake_best_action(layout: str, steps_left: int) -> str:
-    """The action that maximises the probability of reaching the goal within `steps_left` actions."""
-    lake, player = parse_lake(layout)
+@lru_cache(maxsize=32)
+def _sequence_matrices(lake, max_len: int) -> tuple[torch.Tensor, ...]:
+    """D[k]: (4^k, n, n) transition matrices of every action sequence of length k, index q = sum_i q_i 4^(k-1-i)."""
     table = transition_table(lake)
-    value = _lake_values(lake, table, max(steps_left - 1, 0))
-    q = [sum(p * value[nxt] for p, nxt, _, _ in outcomes) for outcomes in table[lake.index(player)]]
-    return LAKE_ACTIONS[max(range(4), key=lambda a: q[a])]
+    n = len(table)
+    step = torch.zeros(4, n, n, dtype=torch.float64)  # (A, n, n): P(s' | s, a)
+    for s, per_action in enumerate(table):
+        for a, outcomes in enumerate(per_action):
+            for p, nxt, _, _ in outcomes:
+                step[a, s, nxt] += p
+    matrices = [torch.eye(n, dtype=torch.float64)[None]]  # (1, n, n)
+    for _ in range(max_len):
+        matrices.append(torch.einsum("qij,ajk->qaik", matrices[-1], step).reshape(-1, n, n))  # (4^k, n, n)
+    return tuple(matrices)
+
+
+@lru_cache(maxsize=4096)
+def _turn_values(lake, actions: int, turns: int, max_per_turn: int) -> torch.Tensor:
+    """W_{actions, turns}: (n,) over every tile (module docstring)."""
+    n = lake.height * lake.width
+    goal = torch.tensor([float(s == lake.index(lake.goal)) for s in range(n)], dtype=torch.float64)  # (n,)
+    if actions == 0 or turns == 0:
+        return goal
+    matrices = _sequence_matrices(lake, max_per_turn)
+    best = torch.stack([(matrices[k] @ _turn_values(lake, actions - k, turns - 1, max_per_turn)).max(0).values
+                        for k in range(1, min(max_per_turn, actions) + 1)]).max(0).values  # (4^k, n) -> (n,)
+    terminal = torch.tensor([lake.is_terminal(lake.position(s)) for s in range(n)])
+    return torch.where(terminal, goal, best)
+
+
+def frozen_lake_turn_value(layout: str, actions: int, turns: int, max_per_turn: int) -> float:
+    """W_{actions, turns}(player): the best success probability under the rollout's limits (module docstring)."""
+    lake, player = parse_lake(layout)
+    return float(_turn_values(lake, actions, turns, max_per_turn)[lake.index(player)])
+
+
+def frozen_lake_turn_actions(layout: str, actions: int, turns: int, max_per_turn: int) -> list[str]:
+    """The actions of this turn on an optimal policy for W_{actions, turns}: the best blind sequence of 1 to
+    min(max_per_turn, actions) actions, the shortest among equally good ones (the next turn sees where it slid)."""
+    lake, player = parse_lake(layout)
+    if lake.is_terminal(player) or actions <= 0 or turns <= 0:
+        raise ValueError("frozen_lake: no turn to plan (player on a terminal tile, or no actions or turns left)")
+    matrices, state = _sequence_matrices(lake, max_per_turn), lake.index(player)
+    best = (-1.0, 0, 0)
+    for k in range(1, min(max_per_turn, actions) + 1):  # ascending k: ties keep the shorter turn
+        q_values = matrices[k][:, state] @ _turn_values(lake, actions - k, turns - 1, max_per_turn)  # (4^k,)
+        q = int(q_values.argmax())
+        if float(q_values[q]) > best[0] + 1e-12:
+            best = (float(q_values[q]), k, q)
+    _, k, q = best
+    return [LAKE_ACTIONS[(q // 4 ** (k - 1 - i)) % 4] for i in range(k)]
 
 
 # --- Bandit ---

@@ -16,6 +16,8 @@ from ragen.envs.solvers import (
     countdown_reachable,
     countdown_solve,
     frozen_lake_success_probability,
+    frozen_lake_turn_actions,
+    frozen_lake_turn_value,
     sokoban_min_moves,
     sokoban_plan,
 )
@@ -110,6 +112,47 @@ def test_frozen_lake_probability_with_a_hole_by_hand():
 
 def test_frozen_lake_unreachable_goal_is_zero():
     assert frozen_lake_success_probability("POG", 10) == 0.0
+
+
+def test_frozen_lake_turn_plan_by_hand():
+    # "PG": Right, Down and Up each reach the goal w.p. 1/3 (directly or by a slip) and otherwise stay; Left
+    # never does. Blind and closed-loop play are worth the same: two actions in one turn or in two, 1 - (2/3)^2
+    assert frozen_lake_turn_value("PG", 2, 1, 2) == pytest.approx(5 / 9)
+    first = frozen_lake_turn_actions("PG", 2, 1, 2)
+    assert len(first) == 2 and "Left" not in first
+    assert frozen_lake_turn_value("PG", 2, 2, 2) == pytest.approx(5 / 9)
+    assert len(frozen_lake_turn_actions("PG", 2, 2, 2)) == 1  # the tie goes to the shorter turn
+    assert frozen_lake_turn_value("PG", 5, 2, 1) == pytest.approx(5 / 9)  # one action per turn: turns bind
+    assert frozen_lake_turn_value("POG", 10, 5, 5) == 0.0
+
+
+def _best_blind_sequence(lake, state, length):
+    """Slow oracle: max over every action sequence of 1..length actions of P(goal), by exact enumeration."""
+    table, goal, best = transition_table(lake), lake.index(lake.goal), 0.0
+    for k in range(1, length + 1):
+        for sequence in itertools.product(range(4), repeat=k):
+            dist = {state: 1.0}
+            for a in sequence:
+                nxt = {}
+                for s, p in dist.items():
+                    for q, s2, _, _ in table[s][a]:
+                        nxt[s2] = nxt.get(s2, 0.0) + p * q
+                dist = nxt
+            best = max(best, dist.get(goal, 0.0))
+    return best
+
+
+def test_frozen_lake_turn_value_matches_enumeration_and_value_iteration():
+    env = make_env("frozen_lake")
+    for seed in range(5):
+        obs, _ = env.reset(seed=seed)
+        lake, player = parse_lake(obs)
+        # one turn: the best blind sequence; one action per turn: closed-loop value iteration over min(a, t) steps
+        assert frozen_lake_turn_value(obs, 3, 1, 3) == pytest.approx(_best_blind_sequence(lake, lake.index(player), 3))
+        assert frozen_lake_turn_value(obs, 10, 4, 1) == pytest.approx(frozen_lake_success_probability(obs, 4))
+        # looking again can only help: blind turns sit between one action per turn and closed loop
+        assert (frozen_lake_success_probability(obs, 5) - 1e-12 <= frozen_lake_turn_value(obs, 10, 5, 5)
+                <= frozen_lake_success_probability(obs, 10) + 1e-12)
 
 
 def _greedy_policy(lake, horizon):
