@@ -49,7 +49,7 @@ def build_tiny(cfg: Config, envs_dir: Path, tracker: MlflowTracker) -> Policy:
                                  max_actions_per_turn=cfg.rollout.max_actions_per_turn,
                                  max_turns=cfg.rollout.max_turns, enable_think=cfg.rollout.enable_think)
     data: list[Trajectory] = []
-    for tag in cfg.envs.tags:
+    for tag in cfg.base.envs or cfg.envs.tags:
         seeds = read_seeds(envs_dir, tag, "train")
         # as many responses per env: single-turn envs (Bandit, Countdown) get max_turns x more conversations
         count = cfg.base.episodes_per_env * cfg.rollout.max_turns // min(make_env(tag).max_turns, cfg.rollout.max_turns)

@@ -66,6 +66,7 @@ class BaseConfig:
     """Section `base`: the warm start of the tiny policy (stage base)."""
 
     mode: str = "warm"  # warm: well-formatted responses with random valid actions (no skill) | sft: solver demos
+    envs: List[str] = field(default_factory=list)  # envs whose scripted conversations it trains on; [] = envs.tags
     tokenizer_episodes: int = 64  # episodes per env (think and no-think) whose text trains the tokenizer
     episodes_per_env: int = 384  # supervised conversations per multi-turn env (single-turn envs: x max_turns)
     steps: int = 1200  # optimizer steps (Countdown and Bandit stay above 95% format-valid at T=1 with a margin)
@@ -247,6 +248,10 @@ def validate(config: Config) -> None:
         raise ConfigError("envs.tags: empty; name at least one env")
     if len(set(envs.tags)) != len(envs.tags):
         raise ConfigError(f"envs.tags: duplicate tags in {envs.tags}")
+    outside = [tag for tag in config.base.envs if tag not in envs.tags]
+    if outside:
+        raise ConfigError(f"base.envs: {outside} not in envs.tags (only those have generated train seeds); "
+                          f"pick from {envs.tags} or leave base.envs empty for all of them")
     ranges = {}
     for split in ("train", "val", "test"):
         size, seed = getattr(envs, f"{split}_size"), getattr(envs, f"{split}_seed")

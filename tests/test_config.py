@@ -33,6 +33,7 @@ def write(tmp_path, text):
         ("envs:\n  val_seed: 10100\n", "overlap"),
         ("envs: [1, 2\n", "not valid YAML"),
         ("model:\n  attn: flash\n", "model.attn: 'flash' is not one of auto, sdpa, eager"),
+        ("envs:\n  tags: [bandit]\nbase:\n  envs: [sokoban]\n", "base.envs: ['sokoban'] not in envs.tags"),
     ],
 )
 def test_bad_params_name_the_key(tmp_path, text, message):

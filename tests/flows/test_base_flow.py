@@ -50,6 +50,7 @@ def test_tiny_base_is_trained_saved_measured_and_tracked(with_envs):
     history = client.get_metric_history(run.info.run_id, "sft/loss")
     assert [m.step for m in history] == [0, 1, 2, 3]
     assert "base/sokoban/format_valid_rate" in run.data.metrics
+    assert run.data.metrics["base/sft_sequences"] == 6 + 6 * 5  # sokoban's 6 episodes, bandit's 6 x max_turns
     assert "samples/base_val_episodes.json" in [a.path for a in client.list_artifacts(run.info.run_id, "samples")]
 
 
@@ -84,8 +85,11 @@ def test_missing_hf_path_fails_before_writing(with_envs, tmp_path):
 
 
 def test_sft_mode_trains_on_solver_demonstrations(with_envs):
+    """`base.envs` narrows the demonstrations to sokoban; the base is still measured on every env."""
     project = with_envs
-    base(params=str(project / "params.yaml"), overrides=SMALL + ["base.mode=sft"])
+    results = base(params=str(project / "params.yaml"), overrides=SMALL + ["base.mode=sft", "base.envs=[sokoban]"])
     assert json.loads((project / "models/base/ragen_meta.json").read_text()) == {"source": "tiny", "mode": "sft"}
+    assert set(results) == {"bandit", "sokoban"}
     _, runs = runs_of(project, "base")
     assert runs[0].data.tags["ragen.base_mode"] == "sft"
+    assert runs[0].data.metrics["base/sft_sequences"] == 6
