@@ -1,22 +1,25 @@
 """Learning benchmark: StarPO-S on the embedded CPU policy, per env; prints a table (not a test).
 
     python bench/bench_learning.py [--envs bandit frozen_lake sokoban] [--steps 40] [--preset starpo_s] [--reuse]
-                                   [--sft-base-steps N] [key=value ...]
+                                   [--sft-base-steps N [--sft-base-envs TAG,...]] [key=value ...]
 
 Needs `dvc repro base` first (data/envs and models/base). For each env it runs the rollout, filter, critic_fit,
 update, evaluate and report flows (flows.ablate.rl_pipeline) into .bench/<preset>/<env>/ (the pipeline's own
 outputs are untouched); the wall time of that is the training budget the issue's targets count. Then, on the same
 val and test episodes at the same temperature (eval.*), it evaluates the base policy (`evaluate` flow on
 models/base) and random valid actions, and prints per split: random, base and trained success with their standard
-errors, the trained-minus-base gap in standard errors, the solver ceiling and the trained success as a fraction of
-it. Then the rollout success on the train pool over the first and the last 10 steps (what the policy learned
-on the instances it trains on, e.g. a `train.max_optimal_moves` curriculum). Last, seconds per training step split
+errors, the trained-minus-base gap in standard errors (unpaired, and paired over the same episodes: `paired`), the
+solver ceiling and the trained success as a fraction of it. Then the rollout success on the train pool over the
+first and the last 10 steps (what the policy learned on the instances it trains on, e.g. a
+`train.max_optimal_moves` curriculum). Last, seconds per training step split
 into rollout, scoring and update, with tokens per second.
 
 `--sft-base-steps N` starts from (and compares against) a base with some skill instead of the pipeline's warm base:
 stage base with `base.mode=sft base.steps=N` (solver demonstrations for every env, N supervised steps) built into
 .bench/base_sft<N>/, and the runs go to .bench/<preset>-sft<N>/<env>/. RAGEN starts from an instruction-tuned
-LLM, which has priors; the warm base has none.
+LLM, which has priors; the warm base has none. `--sft-base-envs sokoban` trains that base on the demonstrations of
+the named envs only (`base.envs`; the tokenizer still sees every env), so N steps buy that env more skill; the
+names join the directory names (.bench/base_sft<N>-sokoban/, .bench/<preset>-sft<N>-sokoban/<env>/).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+
+import polars as pl
 
 from flows.ablate import rl_pipeline
 from flows.base import base as build_base
@@ -40,6 +45,21 @@ from ragen.warmstart import scripted_responder
 def stderr(p: float, n: int) -> float:
     """Binomial standard error of a success rate p over n episodes: sqrt(p (1 - p) / n)."""
     return math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
+
+
+def paired_gap(out: Path, env: str, split: str, episodes: int) -> tuple[float, float]:
+    """Trained-minus-base success on the same episodes and its paired standard error, sd(d) / sqrt(n) with
+    d_i = success_trained_i - success_base_i: smaller than the unpaired one when the same instances are easy
+    for both policies."""
+    seeds = read_seeds("data/envs", env, split)[:episodes]
+    columns = ["tag", "seed", "success"]
+    trained = pl.read_parquet(out / "eval.parquet", columns=columns).rename({"success": "trained"})
+    base = pl.read_parquet(out / "eval_base.parquet", columns=columns).rename({"success": "base"})
+    d = (trained.join(base, on=["tag", "seed"]).filter((pl.col("tag") == env) & pl.col("seed").is_in(seeds))
+         .select(pl.col("trained").cast(pl.Float64) - pl.col("base").cast(pl.Float64))).to_series()
+    if len(d) != len(seeds):
+        raise ValueError(f"{out}: {len(d)} paired {env} {split} episodes, expected {len(seeds)}; rerun without --reuse")
+    return d.mean(), (d.std() or 0.0) / math.sqrt(len(d))
 
 
 def random_success(cfg: Config, policy: Policy, env: str, split: str) -> float:
@@ -64,15 +84,20 @@ def main() -> None:
                         help="keep a finished run with the same config (and its wall time) instead of training again")
     parser.add_argument("--sft-base-steps", type=int, default=0,
                         help="start from a base trained N steps on solver demonstrations (0: the warm models/base)")
+    parser.add_argument("--sft-base-envs", type=lambda text: text.split(","), default=[],
+                        help="with --sft-base-steps: comma-separated envs whose demonstrations that base imitates "
+                             "(default: all)")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every env")
     args = parser.parse_args()
     base_dir, base_metrics, runs = "models/base", "metrics/base.json", Path(".bench") / args.preset
     if args.sft_base_steps > 0:
-        n = args.sft_base_steps
-        base_dir, base_metrics = f".bench/base_sft{n}", f".bench/base_sft{n}.json"
-        runs = Path(".bench") / f"{args.preset}-sft{n}"
+        name = "-".join([f"sft{args.sft_base_steps}", *args.sft_base_envs])
+        base_dir, base_metrics = f".bench/base_{name}", f".bench/base_{name}.json"
+        runs = Path(".bench") / f"{args.preset}-{name}"
         if not (args.reuse and Path(base_metrics).exists()):
-            build_base(overrides=["base.mode=sft", f"base.steps={n}"], out_dir=base_dir, metrics_path=base_metrics)
+            build_base(overrides=["base.mode=sft", f"base.steps={args.sft_base_steps}",
+                                  f"base.envs=[{','.join(args.sft_base_envs)}]"],
+                       out_dir=base_dir, metrics_path=base_metrics)
     rows, timings, curves = [], [], []
     for env in args.envs:
         out = runs / env
@@ -84,19 +109,21 @@ def main() -> None:
         cfg, base_policy = load_config("params.yaml", overrides), load_policy(base_dir, device="cpu")
         for split in ("val", "test"):
             trained, before = summary["eval"][env][split], base[env][split]
-            rows.append((env, split, random_success(cfg, base_policy, env, split), before, trained, wall))
+            gap, paired_se = paired_gap(out, env, split, cfg.eval.episodes)
+            rows.append((env, split, random_success(cfg, base_policy, env, split), before, trained,
+                         gap / max(paired_se, 1e-9), wall))
         timings.append((env, summary["train"]))
         curves.append((env, read_steps_csv(out / "train_steps.csv")))
     print(f"\n# learning benchmark | preset {args.preset} | {args.steps} steps | base {base_dir} | "
           f"success rate ± standard error")
-    print(f"{'env':<12} {'split':<5} {'random':>6} {'base':>12} {'trained':>12} {'gap/se':>6} {'ceiling':>7} "
-          f"{'of ceiling':>10} {'train wall s':>12}")
-    for env, split, rand, before, trained, wall in rows:
+    print(f"{'env':<12} {'split':<5} {'random':>6} {'base':>12} {'trained':>12} {'gap/se':>6} {'paired':>6} "
+          f"{'ceiling':>7} {'of ceiling':>10} {'train wall s':>12}")
+    for env, split, rand, before, trained, paired, wall in rows:
         n = trained["episodes"]
         se_b, se_t = stderr(before["success_rate"], n), stderr(trained["success_rate"], n)
         gap = (trained["success_rate"] - before["success_rate"]) / max(math.hypot(se_b, se_t), 1e-9)
         print(f"{env:<12} {split:<5} {rand:>6.3f} {before['success_rate']:>6.3f}±{se_b:.3f} "
-              f"{trained['success_rate']:>6.3f}±{se_t:.3f} {gap:>6.1f} {trained['success_ceiling']:>7.3f} "
+              f"{trained['success_rate']:>6.3f}±{se_t:.3f} {gap:>6.1f} {paired:>6.1f} {trained['success_ceiling']:>7.3f} "
               f"{trained['success_of_ceiling']:>10.1%} {wall:>12.0f}")
     for env, steps in curves:
         # step 1 trains on the stage-filter batch (kept groups only), so its figures are not a fresh rollout
