@@ -81,3 +81,36 @@ def test_non_finite_gradient_skips_the_step(setup):
     stats = update(model, None, torch.optim.AdamW(model.parameters(), lr=1e-3), None, batch, settings("grpo", mini_batch_size=8))
     assert stats["actor/skipped_steps"] == 1
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def sequence_logprob(model, batch) -> torch.Tensor:
+    """(B,) sum of log pi over each row's trained tokens."""
+    from ragen.policy.scoring import token_logprobs
+
+    with torch.no_grad():
+        logprobs, _ = token_logprobs(model, batch.input_ids, batch.attention_mask)
+    return (logprobs * batch.loss_mask).sum(-1)
+
+
+@pytest.mark.parametrize("advantage", ["gae", "bilevel_gae", "grpo"])
+def test_an_update_favours_the_rollouts_that_scored_higher(setup, advantage):
+    """The sign of the whole chain (returns -> advantages -> clipped loss -> optimizer step): after one update, the
+    rollout with the higher return in each group of 4 is more likely and the lowest one less likely."""
+    policy, trajectories = setup
+    model = build_tiny_model(policy.tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                             intermediate_size=64, max_positions=2048, seed=0).eval()
+    critic = build_critic(model) if advantage != "grpo" else None  # value head starts at 0: A = R - 0
+    batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"))
+    returns = torch.tensor([1.0, 0.0, 0.0, -1.0] * 2)  # two groups of 4 (group ids 0 0 0 0 1 1 1 1)
+    assert batch.group_ids.tolist() == [0] * 4 + [1] * 4
+    rewards = torch.zeros_like(batch.token_rewards)
+    rewards[:, -1] = returns
+    batch = replace(batch, token_rewards=rewards, traj_returns=returns)
+    before = sequence_logprob(model, batch)
+    critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-3) if critic is not None else None
+    update(model, critic, torch.optim.SGD(model.parameters(), lr=0.5), critic_opt, batch,
+           settings(advantage, mini_batch_size=8, entropy_coef=0.0))
+    change = sequence_logprob(model, batch) - before  # (B,)
+    assert change[0] > 0 and change[4] > 0, change  # the best of each group gained likelihood
+    assert change[3] < 0 and change[7] < 0, change  # the worst lost it
+    assert change[0] - change[3] > 0 and change[4] - change[7] > 0
