@@ -1,7 +1,7 @@
 """Learning benchmark: StarPO-S on the embedded CPU policy, per env; prints a table (not a test).
 
     python bench/bench_learning.py [--envs bandit frozen_lake sokoban] [--steps 40] [--preset starpo_s] [--reuse]
-                                   [--sft-base-steps N [--sft-base-envs TAG,...]] [key=value ...]
+                                   [--sft-base-steps N [--sft-base-envs TAG,...] | --base DIR] [key=value ...]
 
 Needs `dvc repro base` first (data/envs and models/base). For each env it runs the rollout, filter, critic_fit,
 update, evaluate and report flows (flows.ablate.rl_pipeline) into .bench/<preset>/<env>/ (the pipeline's own
@@ -20,6 +20,8 @@ stage base with `base.mode=sft base.steps=N` (solver demonstrations for every en
 LLM, which has priors; the warm base has none. `--sft-base-envs sokoban` trains that base on the demonstrations of
 the named envs only (`base.envs`; the tokenizer still sees every env), so N steps buy that env more skill; the
 names join the directory names (.bench/base_sft<N>-sokoban/, .bench/<preset>-sft<N>-sokoban/<env>/).
+`--base DIR` starts from a base built elsewhere (DIR/policy/ and DIR/base.json, e.g. a row of
+bench/bench_imitation.py); the runs go to .bench/<preset>-<name of DIR>/<env>/.
 """
 
 from __future__ import annotations
@@ -87,10 +89,20 @@ def main() -> None:
     parser.add_argument("--sft-base-envs", type=lambda text: text.split(","), default=[],
                         help="with --sft-base-steps: comma-separated envs whose demonstrations that base imitates "
                              "(default: all)")
+    parser.add_argument("--base", default="",
+                        help="start from a base built elsewhere: a directory holding policy/ and base.json, such as "
+                             "a row of bench/bench_imitation.py (.bench/imitation/<row>)")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every env")
     args = parser.parse_args()
     base_dir, base_metrics, runs = "models/base", "metrics/base.json", Path(".bench") / args.preset
-    if args.sft_base_steps > 0:
+    if args.base and args.sft_base_steps > 0:
+        parser.error("--base and --sft-base-steps both choose the base; pass one")
+    if args.base:
+        base_dir, base_metrics = str(Path(args.base) / "policy"), str(Path(args.base) / "base.json")
+        if not Path(base_metrics).exists():
+            parser.error(f"--base {args.base}: no base.json there; build it first (bench/bench_imitation.py)")
+        runs = Path(".bench") / f"{args.preset}-{Path(args.base).name}"
+    elif args.sft_base_steps > 0:
         name = "-".join([f"sft{args.sft_base_steps}", *args.sft_base_envs])
         base_dir, base_metrics = f".bench/base_{name}", f".bench/base_{name}.json"
         runs = Path(".bench") / f"{args.preset}-{name}"
