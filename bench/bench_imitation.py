@@ -30,6 +30,7 @@ from flows.evaluate import evaluate
 from ragen.config import load_config
 from ragen.evaluation import evaluate_policy
 from ragen.policy import load_policy
+from ragen.policy.model import count_parameters
 
 ROOT = Path(".bench") / "imitation"
 FIT_EPISODES = 128
@@ -50,13 +51,12 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep rows (and instances) already built")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every stage")
     args = parser.parse_args()
-    envs_dir = ROOT / "envs"
+    envs_dir, envgen_metrics = ROOT / "envs", ROOT / "envgen.json"
     train_size = max(args.demos)
-    size_file = envs_dir / "train_size.json"
-    if not (args.reuse and size_file.exists() and json.loads(size_file.read_text())["train_size"] >= train_size):
+    built = json.loads(envgen_metrics.read_text()) if envgen_metrics.exists() else {}
+    if not (args.reuse and all(built.get(env, {}).get("train", {}).get("count", 0) >= train_size for env in args.envs)):
         envgen(overrides=[f"envs.train_size={train_size}", *args.overrides], out_dir=str(envs_dir),
-               metrics_path=str(ROOT / "envgen.json"))
-        size_file.write_text(json.dumps({"train_size": train_size}))
+               metrics_path=str(envgen_metrics))
     rows = []
     for env in args.envs:
         for demos in args.demos:
@@ -76,8 +76,7 @@ def main() -> None:
                                      seed=cfg.train.seed)
             result = evaluate(overrides=overrides, envs_dir=str(envs_dir), policy_dir=str(out / "policy"),
                               metrics_path=str(out / "eval.json"), trajectories_out=str(out / "eval.parquet"))
-            params = sum(p.numel() for p in policy.model.parameters())
-            rows.append((env, demos, params, json.loads(wall_file.read_text())["wall_s"], fit["success_rate"],
+            rows.append((env, demos, count_parameters(policy.model), json.loads(wall_file.read_text())["wall_s"], fit["success_rate"],
                          result[env]["val"], result[env]["test"]))
     print(f"\n# imitation benchmark | {args.steps} supervised steps | success at T {cfg.eval.temperature} "
           f"± standard error | {' '.join(args.overrides) or 'default model'}")

@@ -9,6 +9,7 @@ from ragen.batching import build_batch
 from ragen.config import RolloutConfig
 from ragen.policy import Policy
 from ragen.policy.model import build_critic, build_tiny_model
+from ragen.policy.scoring import token_logprobs
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.records import EpisodeSpec
 from ragen.rollout import policy_responder, run_episodes
@@ -85,8 +86,6 @@ def test_non_finite_gradient_skips_the_step(setup):
 
 def sequence_logprob(model, batch) -> torch.Tensor:
     """(B,) sum of log pi over each row's trained tokens."""
-    from ragen.policy.scoring import token_logprobs
-
     with torch.no_grad():
         logprobs, _ = token_logprobs(model, batch.input_ids, batch.attention_mask)
     return (logprobs * batch.loss_mask).sum(-1)
