@@ -7,9 +7,11 @@ RAGEN compares StarPO-S with supervised fine-tuning on solver trajectories (Appe
 FrozenLake for Qwen2.5-0.5B). This benchmark runs that SFT side on the tiny policy, one row per env and number of
 demonstrations: stage base with `base.mode=sft`, `base.envs=[env]`, `base.steps`, and one demonstration on each of
 `N` distinct train instances (`base.episodes_per_env=N`; stage envgen writes `max(--demos)` train instances into
-.bench/imitation/envs/, the val and test instances being the pipeline's). The policy is then played at the eval
-temperature on the first 128 instances it imitated (`fit`: what it memorised) and on the val and test splits
-(`evaluate` flow: what it generalised). Extra `key=value` overrides reach every stage (e.g. `model.hidden_size=384
+.bench/imitation/envs/, the val and test instances being the pipeline's). The demonstrated instances start at seed
+`--train-seed` (default 2,000,000), outside the pipeline's train pool, so `bench_learning.py --base` from a row
+does RL on instances that base never imitated. The policy is then played at the eval temperature on the first 128
+instances it imitated (`fit`: what it memorised) and on the val and test splits (`evaluate` flow: what it
+generalised). Extra `key=value` overrides reach every stage (e.g. `model.hidden_size=384
 model.num_layers=6 model.intermediate_size=1056` for a larger model). A row whose fit is far above its val is short
 of data; one whose fit is as low as its val is short of steps or capacity.
 """
@@ -34,6 +36,7 @@ from ragen.policy.model import count_parameters
 
 ROOT = Path(".bench") / "imitation"
 FIT_EPISODES = 128
+DEMO_SEED = 2_000_000  # first demonstrated seed: past the pipeline's train (10000+), val (123+) and test (1e6+) seeds
 
 
 def run_name(env: str, demos: int, steps: int, overrides: list[str]) -> str:
@@ -48,15 +51,18 @@ def main() -> None:
     parser.add_argument("--demos", nargs="+", type=int, default=[768, 4096],
                         help="distinct train instances demonstrated, one row each")
     parser.add_argument("--steps", type=int, default=800, help="supervised steps (base.steps)")
+    parser.add_argument("--train-seed", type=int, default=DEMO_SEED,
+                        help="first seed of the demonstrated instances (envs.train_seed of the bench's envgen)")
     parser.add_argument("--reuse", action="store_true", help="keep rows (and instances) already built")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every stage")
     args = parser.parse_args()
     envs_dir, envgen_metrics = ROOT / "envs", ROOT / "envgen.json"
     train_size = max(args.demos)
     built = json.loads(envgen_metrics.read_text()) if envgen_metrics.exists() else {}
-    if not (args.reuse and all(built.get(env, {}).get("train", {}).get("count", 0) >= train_size for env in args.envs)):
-        envgen(overrides=[f"envs.train_size={train_size}", *args.overrides], out_dir=str(envs_dir),
-               metrics_path=str(envgen_metrics))
+    if not (args.reuse and all(built.get(env, {}).get("train", {}).get("count", 0) >= train_size
+                               and read_seeds(envs_dir, env, "train")[0] == args.train_seed for env in args.envs)):
+        envgen(overrides=[f"envs.train_size={train_size}", f"envs.train_seed={args.train_seed}", *args.overrides],
+               out_dir=str(envs_dir), metrics_path=str(envgen_metrics))
     rows = []
     for env in args.envs:
         for demos in args.demos:
@@ -64,11 +70,12 @@ def main() -> None:
             overrides = ["base.mode=sft", f"base.envs=[{env}]", f"base.steps={args.steps}",
                          f"base.episodes_per_env={demos}", f"train.env={env}", *args.overrides]
             wall_file = out / "wall.json"
-            if not (args.reuse and wall_file.exists()):
+            if not (args.reuse and wall_file.exists()
+                    and json.loads(wall_file.read_text()).get("train_seed") == args.train_seed):
                 start = time.perf_counter()
                 build_base(overrides=overrides, envs_dir=str(envs_dir), out_dir=str(out / "policy"),
                            metrics_path=str(out / "base.json"))
-                wall_file.write_text(json.dumps({"wall_s": time.perf_counter() - start}))
+                wall_file.write_text(json.dumps({"wall_s": time.perf_counter() - start, "train_seed": args.train_seed}))
             cfg = load_config("params.yaml", overrides)
             policy = load_policy(str(out / "policy"), device="cpu")
             fit_seeds = read_seeds(envs_dir, env, "train")[:FIT_EPISODES]

@@ -9,10 +9,11 @@ outputs are untouched); the wall time of that is the training budget the issue's
 val and test episodes at the same temperature (eval.*), it evaluates the base policy (`evaluate` flow on
 models/base) and random valid actions, and prints per split: random, base and trained success with their standard
 errors, the trained-minus-base gap in standard errors (unpaired, and paired over the same episodes: `paired`), the
-solver ceiling and the trained success as a fraction of it. Then the rollout success on the train pool over the
-first and the last 10 steps (what the policy learned on the instances it trains on, e.g. a
-`train.max_optimal_moves` curriculum). Last, seconds per training step split
-into rollout, scoring and update, with tokens per second.
+solver ceiling and the trained success as a fraction of it. Then base and trained success at the eval temperature
+on the first eval.episodes instances of the train pool, with the paired gap (a gain there and none on val is
+memorisation of the pool). Then the rollout success on the train pool over the first and the last 10 steps (what
+the policy learned on the instances it trains on, e.g. a `train.max_optimal_moves` curriculum). Last, seconds per
+training step split into rollout, scoring and update, with tokens per second.
 
 `--sft-base-steps N` starts from (and compares against) a base with some skill instead of the pipeline's warm base:
 stage base with `base.mode=sft base.steps=N` (solver demonstrations for every env, N supervised steps) built into
@@ -34,9 +35,10 @@ import polars as pl
 
 from flows.ablate import rl_pipeline
 from flows.base import base as build_base
-from flows.common import read_seeds
+from flows.common import read_seeds, read_train_pool
 from flows.evaluate import evaluate
 from ragen.config import Config, load_config
+from ragen.evaluation import evaluate_policy
 from ragen.policy import Policy, load_policy
 from ragen.records import EpisodeSpec
 from ragen.report import read_steps_csv
@@ -77,6 +79,22 @@ def random_success(cfg: Config, policy: Policy, env: str, split: str) -> float:
     return summarize(trajectories)["success_rate"]
 
 
+def pool_fit(cfg: Config, base_policy: Policy, policy_dir: Path, env: str) -> tuple[float, float, float, int]:
+    """Base and trained success at the eval temperature on the first eval.episodes instances of the train pool
+    (training visits them at steps 1 to eval.episodes / P, and again every len(pool) / P steps), the paired gap over
+    its standard error, and the episode count. A gain here without one on val is memorisation of the pool."""
+    seeds = read_train_pool("data/envs", env, cfg.train.max_optimal_moves)[: cfg.eval.episodes]
+    success = []
+    for policy in (base_policy, load_policy(str(policy_dir), device="cpu")):
+        _, trajectories = evaluate_policy(policy, env, seeds, cfg.rollout, temperature=cfg.eval.temperature,
+                                          seed=cfg.train.seed)
+        success.append([float(t.success) for t in trajectories])
+    d = [t - b for b, t in zip(*success)]
+    mean = sum(d) / len(d)
+    se = math.sqrt(sum((x - mean) ** 2 for x in d) / max(len(d) - 1, 1) / len(d))
+    return sum(success[0]) / len(d), sum(success[1]) / len(d), mean / max(se, 1e-9), len(d)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", default=["bandit", "frozen_lake", "sokoban"])
@@ -110,7 +128,7 @@ def main() -> None:
             build_base(overrides=["base.mode=sft", f"base.steps={args.sft_base_steps}",
                                   f"base.envs=[{','.join(args.sft_base_envs)}]"],
                        out_dir=base_dir, metrics_path=base_metrics)
-    rows, timings, curves = [], [], []
+    rows, timings, curves, fits = [], [], [], []
     for env in args.envs:
         out = runs / env
         overrides = [f"preset={args.preset}", f"train.env={env}", f"train.steps={args.steps}", *args.overrides]
@@ -124,6 +142,7 @@ def main() -> None:
             gap, paired_se = paired_gap(out, env, split, cfg.eval.episodes)
             rows.append((env, split, random_success(cfg, base_policy, env, split), before, trained,
                          gap / max(paired_se, 1e-9), wall))
+        fits.append((env, *pool_fit(cfg, base_policy, out / "policy", env)))
         timings.append((env, summary["train"]))
         curves.append((env, read_steps_csv(out / "train_steps.csv")))
     print(f"\n# learning benchmark | preset {args.preset} | {args.steps} steps | base {base_dir} | "
@@ -137,6 +156,9 @@ def main() -> None:
         print(f"{env:<12} {split:<5} {rand:>6.3f} {before['success_rate']:>6.3f}±{se_b:.3f} "
               f"{trained['success_rate']:>6.3f}±{se_t:.3f} {gap:>6.1f} {paired:>6.1f} {trained['success_ceiling']:>7.3f} "
               f"{trained['success_of_ceiling']:>10.1%} {wall:>12.0f}")
+    for env, before, after, paired, n in fits:
+        print(f"{env:<12} train-pool success at T {cfg.eval.temperature} (first {n} instances): base {before:.3f}, "
+              f"trained {after:.3f}, paired gap/se {paired:.1f}")
     for env, steps in curves:
         # step 1 trains on the stage-filter batch (kept groups only), so its figures are not a fresh rollout
         success = [row["rollout/success_rate"] for row in steps[1:]]
