@@ -4,7 +4,7 @@
                                    [--sft-base-steps N [--sft-base-envs TAG,...] | --base DIR] [key=value ...]
 
 Needs `dvc repro base` first (data/envs and models/base). For each env it runs the rollout, filter, critic_fit,
-update, evaluate and report flows (flows.ablate.rl_pipeline) into .bench/<preset>/<env>/ (the pipeline's own
+update, evaluate and report flows (flows.ablate.rl_pipeline) into .bench/<preset>/<run>/ (the pipeline's own
 outputs are untouched); the wall time of that is the training budget the issue's targets count. Then, on the same
 val and test episodes at the same temperature (eval.*), it evaluates the base policy (`evaluate` flow on
 models/base) and random valid actions, and prints per split: random, base and trained success with their standard
@@ -17,17 +17,20 @@ training step split into rollout, scoring and update, with tokens per second.
 
 `--sft-base-steps N` starts from (and compares against) a base with some skill instead of the pipeline's warm base:
 stage base with `base.mode=sft base.steps=N` (solver demonstrations for every env, N supervised steps) built into
-.bench/base_sft<N>/, and the runs go to .bench/<preset>-sft<N>/<env>/. RAGEN starts from an instruction-tuned
-LLM, which has priors; the warm base has none. `--sft-base-envs sokoban` trains that base on the demonstrations of
-the named envs only (`base.envs`; the tokenizer still sees every env), so N steps buy that env more skill; the
-names join the directory names (.bench/base_sft<N>-sokoban/, .bench/<preset>-sft<N>-sokoban/<env>/).
-`--base DIR` starts from a base built elsewhere (DIR/policy/ and DIR/base.json, e.g. a row of
-bench/bench_imitation.py); the runs go to .bench/<preset>-<name of DIR>/<env>/.
+.bench/base_sft<N>/, and the runs go to .bench/<preset>-sft<N>/<run>/. RAGEN starts from an instruction-tuned LLM,
+which has priors; the warm base has none. `--sft-base-envs sokoban` trains that base on the demonstrations of the
+named envs only (`base.envs`; the tokenizer still sees every env), so N steps buy that env more skill; the names
+join the directory names (.bench/base_sft<N>-sokoban/, .bench/<preset>-sft<N>-sokoban/<run>/). `--base DIR` starts
+from a base built elsewhere (DIR/policy/ and DIR/base.json, e.g. a row of bench/bench_imitation.py); the runs go to
+.bench/<preset>-<name of DIR>/<run>/. <run> is the env, the step count and a digest of the extra overrides
+(`run_name`, e.g. sokoban-s270-3f9c0a1e), so runs with other knobs keep their own directory; overrides.txt in it
+lists them.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 from pathlib import Path
 
@@ -77,6 +80,14 @@ def random_success(cfg: Config, policy: Policy, env: str, split: str) -> float:
     trajectories = run_episodes(specs, respond, renderer, cfg.rollout,
                                 max_positions=policy.model.config.max_position_embeddings)
     return summarize(trajectories)["success_rate"]
+
+
+def run_name(env: str, steps: int, overrides: list[str]) -> str:
+    """Directory of one env's run: `<env>-s<steps>`, plus a digest of the extra overrides when there are any (e.g.
+    sokoban-s270-3f9c0a1e), so runs with other knobs do not overwrite each other; `overrides.txt` in it lists them."""
+    if not overrides:
+        return f"{env}-s{steps}"
+    return f"{env}-s{steps}-{hashlib.sha1(' '.join(overrides).encode()).hexdigest()[:8]}"
 
 
 def pool_fit(cfg: Config, base_policy: Policy, policy_dir: Path, env: str) -> tuple[float, float, float, int]:
@@ -130,9 +141,10 @@ def main() -> None:
                        out_dir=base_dir, metrics_path=base_metrics)
     rows, timings, curves, fits = [], [], [], []
     for env in args.envs:
-        out = runs / env
+        out = runs / run_name(env, args.steps, args.overrides)
         overrides = [f"preset={args.preset}", f"train.env={env}", f"train.steps={args.steps}", *args.overrides]
         summary = rl_pipeline(overrides, out, base_dir=base_dir, base_metrics=base_metrics, force=not args.reuse)
+        (out / "overrides.txt").write_text("\n".join(overrides) + "\n")
         wall = summary.get("wall_s", math.nan)  # of the run that trained, also when reused
         base = evaluate(overrides=overrides, policy_dir=base_dir, metrics_path=str(out / "eval_base.json"),
                         trajectories_out=str(out / "eval_base.parquet"))
