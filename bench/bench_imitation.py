@@ -69,13 +69,14 @@ def main() -> None:
             out = ROOT / run_name(env, demos, args.steps, args.overrides)
             overrides = ["base.mode=sft", f"base.envs=[{env}]", f"base.steps={args.steps}",
                          f"base.episodes_per_env={demos}", f"train.env={env}", *args.overrides]
-            wall_file = out / "wall.json"
-            if not (args.reuse and wall_file.exists()
-                    and json.loads(wall_file.read_text()).get("train_seed") == args.train_seed):
+            wall_file = out / "wall.json"  # the build's wall time and the first demonstrated seed
+            built_row = json.loads(wall_file.read_text()) if wall_file.exists() else {}
+            if not (args.reuse and built_row.get("train_seed") == args.train_seed):
                 start = time.perf_counter()
                 build_base(overrides=overrides, envs_dir=str(envs_dir), out_dir=str(out / "policy"),
                            metrics_path=str(out / "base.json"))
-                wall_file.write_text(json.dumps({"wall_s": time.perf_counter() - start, "train_seed": args.train_seed}))
+                built_row = {"wall_s": time.perf_counter() - start, "train_seed": args.train_seed}
+                wall_file.write_text(json.dumps(built_row))
             cfg = load_config("params.yaml", overrides)
             policy = load_policy(str(out / "policy"), device="cpu")
             fit_seeds = read_seeds(envs_dir, env, "train")[:FIT_EPISODES]
@@ -83,7 +84,7 @@ def main() -> None:
                                      seed=cfg.train.seed)
             result = evaluate(overrides=overrides, envs_dir=str(envs_dir), policy_dir=str(out / "policy"),
                               metrics_path=str(out / "eval.json"), trajectories_out=str(out / "eval.parquet"))
-            rows.append((env, demos, count_parameters(policy.model), json.loads(wall_file.read_text())["wall_s"], fit["success_rate"],
+            rows.append((env, demos, count_parameters(policy.model), built_row["wall_s"], fit["success_rate"],
                          result[env]["val"], result[env]["test"]))
     print(f"\n# imitation benchmark | {args.steps} supervised steps | success at T {cfg.eval.temperature} "
           f"± standard error | {' '.join(args.overrides) or 'default model'}")

@@ -54,10 +54,16 @@ def stderr(p: float, n: int) -> float:
     return math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
 
 
+def paired_mean_se(d: list[float]) -> tuple[float, float]:
+    """Mean of per-episode differences d_i = success_trained_i - success_base_i and its paired standard error,
+    sd(d) / sqrt(n) with the unbiased sd: smaller than the unpaired one when the same instances are easy for both."""
+    mean = sum(d) / len(d)
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in d) / max(len(d) - 1, 1) / len(d))
+
+
 def paired_gap(out: Path, env: str, split: str, episodes: int) -> tuple[float, float]:
-    """Trained-minus-base success on the same episodes and its paired standard error, sd(d) / sqrt(n) with
-    d_i = success_trained_i - success_base_i: smaller than the unpaired one when the same instances are easy
-    for both policies."""
+    """Trained-minus-base success on the same val or test episodes (eval.parquet, eval_base.parquet) and its paired
+    standard error (`paired_mean_se`)."""
     seeds = read_seeds("data/envs", env, split)[:episodes]
     columns = ["tag", "seed", "success"]
     trained = pl.read_parquet(out / "eval.parquet", columns=columns).rename({"success": "trained"})
@@ -66,7 +72,7 @@ def paired_gap(out: Path, env: str, split: str, episodes: int) -> tuple[float, f
          .select(pl.col("trained").cast(pl.Float64) - pl.col("base").cast(pl.Float64))).to_series()
     if len(d) != len(seeds):
         raise ValueError(f"{out}: {len(d)} paired {env} {split} episodes, expected {len(seeds)}; rerun without --reuse")
-    return d.mean(), (d.std() or 0.0) / math.sqrt(len(d))
+    return paired_mean_se(d.to_list())
 
 
 def random_success(cfg: Config, policy: Policy, env: str, split: str) -> float:
@@ -100,10 +106,8 @@ def pool_fit(cfg: Config, base_policy: Policy, policy_dir: Path, env: str) -> tu
         _, trajectories = evaluate_policy(policy, env, seeds, cfg.rollout, temperature=cfg.eval.temperature,
                                           seed=cfg.train.seed)
         success.append([float(t.success) for t in trajectories])
-    d = [t - b for b, t in zip(*success)]
-    mean = sum(d) / len(d)
-    se = math.sqrt(sum((x - mean) ** 2 for x in d) / max(len(d) - 1, 1) / len(d))
-    return sum(success[0]) / len(d), sum(success[1]) / len(d), mean / max(se, 1e-9), len(d)
+    mean, se = paired_mean_se([t - b for b, t in zip(*success)])
+    return sum(success[0]) / len(seeds), sum(success[1]) / len(seeds), mean / max(se, 1e-9), len(seeds)
 
 
 def main() -> None:
@@ -143,8 +147,9 @@ def main() -> None:
     for env in args.envs:
         out = runs / run_name(env, args.steps, args.overrides)
         overrides = [f"preset={args.preset}", f"train.env={env}", f"train.steps={args.steps}", *args.overrides]
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "overrides.txt").write_text("\n".join(overrides) + "\n")  # first: a killed run says what it was
         summary = rl_pipeline(overrides, out, base_dir=base_dir, base_metrics=base_metrics, force=not args.reuse)
-        (out / "overrides.txt").write_text("\n".join(overrides) + "\n")
         wall = summary.get("wall_s", math.nan)  # of the run that trained, also when reused
         base = evaluate(overrides=overrides, policy_dir=base_dir, metrics_path=str(out / "eval_base.json"),
                         trajectories_out=str(out / "eval_base.parquet"))
