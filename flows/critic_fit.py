@@ -1,8 +1,12 @@
 """Stage critic_fit: warm the critic up on the filtered base rollouts' returns -> models/critic_warm/.
 
-The critic starts as a copy of the base policy with a zero value head, then regresses V_t onto the return of its
-trajectory (gamma = lam = 1: every token's target is R) for `critic.warmup_epochs` passes. With GRPO
-(algo.advantage grpo) there is no critic and the stage records that.
+The critic starts as a copy of the base policy with a zero value head, then regresses V_t onto Monte Carlo value
+targets for `critic.warmup_epochs` passes. The rollouts are batched as update's first step batches them (returns
+normalised within groups by algo.reward_norm, rewards placed by algo.reward_placement), and the targets are the
+advantage estimator's returns with no values (`ragen.advantages.value_targets`): with gae, gamma = 1 and the
+return on the last token every token's target is R; with bilevel_gae and per-turn rewards a token's target is the
+discounted sum of its own and later turns' rewards. With GRPO (algo.advantage grpo) there is no critic and the
+stage records that.
 
 Run: `python -m flows.critic_fit [key=value ...]`.
 """
@@ -13,14 +17,16 @@ import torch
 from prefect import flow
 
 from flows.common import run_stage, write_json
-from ragen.batching import build_batch
+from ragen.advantages import value_targets
 from ragen.config import load_config
 from ragen.losses import explained_variance
 from ragen.policy import load_policy
 from ragen.policy.model import build_critic, save_meta, save_model
 from ragen.policy.scoring import token_values
 from ragen.tracking import MlflowTracker
+from ragen.train import return_batch, select
 from ragen.trajectory_io import read_trajectories
+from ragen.update import uses_critic
 
 
 @flow(name="critic_fit")
@@ -30,7 +36,7 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
     cfg = load_config(params, overrides or [])
     trajectories = read_trajectories(rollouts)
     with MlflowTracker.for_stage(cfg, "critic_fit") as tracker:
-        if cfg.algo.advantage != "gae":
+        if not uses_critic(cfg.algo.advantage):
             save_meta(out_dir, {"critic": "none", "advantage": cfg.algo.advantage})
             write_json(metrics_path, {})
             return {}
@@ -38,9 +44,10 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
         torch.manual_seed(cfg.train.seed)
         critic = build_critic(policy.model)
         optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr, weight_decay=cfg.train.weight_decay)
-        batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=policy.model.device,
-                            loss_mask=cfg.algo.loss_mask)
-        targets = batch.traj_returns[:, None].expand_as(batch.token_rewards)  # (B, T): R on every token
+        kept, scores, _ = select(cfg, trajectories, already_filtered=True)  # all of them, returns normalised
+        batch = return_batch(cfg, policy, kept, scores)
+        targets = value_targets(batch.token_rewards, batch.loss_mask, batch.turn_end_mask, advantage=cfg.algo.advantage,
+                                gamma=cfg.algo.gamma, turn_gamma=cfg.algo.turn_gamma)  # (B, T)
         mask, size = batch.loss_mask, cfg.train.mini_batch_size
         critic.train()
         for epoch in range(cfg.critic.warmup_epochs):

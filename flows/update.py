@@ -28,6 +28,7 @@ from ragen.policy import load_policy
 from ragen.policy.model import load_critic, read_meta, save_meta, save_model
 from ragen.tracking import MlflowTracker
 from ragen.train import Learner, train_step
+from ragen.update import uses_critic
 from ragen.trajectory_io import read_trajectories, sample_table
 
 # step curves also logged on the parent pipeline run, so pipeline runs (ablation variants) chart side by side
@@ -39,9 +40,10 @@ PLOT_KEYS = ["step", "val_success", "rollout/success_rate", "rollout/return_mean
 def make_learner(cfg: Config, base_dir: str, critic_dir: str) -> Learner:
     policy = load_policy(base_dir, **cfg.model.placement())
     critic = None
-    if cfg.algo.advantage == "gae":
+    if uses_critic(cfg.algo.advantage):
         if read_meta(critic_dir).get("critic") != "warm":
-            raise FileNotFoundError(f"{critic_dir} holds no warmed critic; run stage critic_fit with algo.advantage gae")
+            raise FileNotFoundError(f"{critic_dir} holds no warmed critic; run stage critic_fit with the same "
+                                    f"algo.advantage ({cfg.algo.advantage})")
         critic = load_critic(critic_dir, **cfg.model.placement())
     ref = load_policy(base_dir, **cfg.model.placement()).model if cfg.algo.kl != "none" else None
     actor_opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)

@@ -110,6 +110,30 @@ def compute_bilevel_gae(token_rewards: torch.Tensor, values: torch.Tensor, loss_
     return advantages, returns
 
 
+def value_targets(token_rewards: torch.Tensor, loss_mask: torch.Tensor, turn_end_mask: torch.Tensor, *,
+                  advantage: str, gamma: float, turn_gamma: float) -> torch.Tensor:
+    """Monte Carlo value targets for warming a critic up: the returns of the advantage estimator with V = 0 and
+    lambda = 1, i.e. what the critic of `compute_gae` or `compute_bilevel_gae` regresses onto before it has values.
+
+        gae:          G_t = sum_{t' >= t} gamma^(t' - t) r_t'   (R on every token when gamma = 1 and R is on the last)
+        bilevel_gae:  G_t = sum_{j >= k} turn_gamma^(j - k) R_j for every token t of turn k when gamma = 1
+                      (R_j the turn rewards of `compute_bilevel_gae`; earlier turns' rewards are not in it)
+
+    Args:
+        token_rewards: (B, T). loss_mask: (B, T) bool. turn_end_mask: (B, T) bool (bilevel_gae only).
+    Returns:
+        (B, T) targets; only the loss-mask positions are meant to be read.
+    """
+    zeros = torch.zeros_like(token_rewards)  # (B, T): no critic yet
+    if advantage == "gae":
+        return compute_gae(token_rewards, zeros, loss_mask, gamma=gamma, lam=1.0)[1]
+    if advantage == "bilevel_gae":
+        return compute_bilevel_gae(token_rewards, zeros, loss_mask, turn_end_mask, gamma=gamma, lam=1.0,
+                                   turn_gamma=turn_gamma, turn_lam=1.0)[1]
+    raise ValueError(f"algo.advantage {advantage!r} has no critic to warm up; value targets exist for gae and "
+                     "bilevel_gae")
+
+
 def compute_grpo_advantages(traj_returns: torch.Tensor, group_ids: torch.Tensor, loss_mask: torch.Tensor,
                             eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
     """Group-normalised returns broadcast to tokens (RAGEN paper eq. 5; DeepSeekMath GRPO outcome supervision).

@@ -33,7 +33,8 @@ from ragen.update import UpdateSettings, update
 
 @dataclass
 class Learner:
-    """Everything a step changes or reads: the policy, the critic (GAE only), the frozen reference, optimizers."""
+    """Everything a step changes or reads: the policy, the critic (gae and bilevel_gae only), the frozen reference,
+    optimizers."""
 
     policy: Policy
     critic: PreTrainedModel | None
@@ -79,15 +80,23 @@ def select(cfg: Config, trajectories: Sequence[Trajectory], *, already_filtered:
     return kept, scores[keep], {f"filter/{k}": v for k, v in stats.as_metrics().items()}
 
 
-def make_batch(cfg: Config, learner: Learner, kept: Sequence[Trajectory], scores: torch.Tensor) -> tuple[RolloutBatch, torch.Tensor | None]:
-    """Padded tensors with the (normalised) return on the last token; KL folded into the reward if asked."""
-    policy = learner.policy
+def return_batch(cfg: Config, policy: Policy, kept: Sequence[Trajectory], scores: torch.Tensor) -> RolloutBatch:
+    """Padded tensors with the rewards where algo.reward_placement puts them: the (normalised) return `scores` on
+    the last token (last), or each turn's raw reward and penalty at its end (turn)."""
     batch = build_batch(kept, pad_id=policy.tokenizer.pad_token_id, device=policy.model.device,
                         loss_mask=cfg.algo.loss_mask, reward_placement=cfg.algo.reward_placement)
     if cfg.algo.reward_placement == "last":
         rewards = batch.token_rewards.clone()
         rewards[:, -1] = scores.to(rewards.device)
         batch = replace(batch, token_rewards=rewards, traj_returns=scores.to(rewards.device))
+    return batch
+
+
+def make_batch(cfg: Config, learner: Learner, kept: Sequence[Trajectory], scores: torch.Tensor
+               ) -> tuple[RolloutBatch, torch.Tensor | None]:
+    """`return_batch`, with the KL folded into the reward if asked (and the reference's log-probs for a KL loss)."""
+    policy = learner.policy
+    batch = return_batch(cfg, policy, kept, scores)
     ref_logprobs = None
     if cfg.algo.kl != "none" and learner.ref is not None:
         ref_logprobs, _ = score_sequences(learner.ref, batch.input_ids, batch.attention_mask, with_entropy=False)

@@ -61,6 +61,14 @@ def _grpo(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSettings) -
 ADVANTAGE_FNS: dict[str, Callable] = {"gae": _gae, "bilevel_gae": _bilevel_gae, "grpo": _grpo}
 
 
+def uses_critic(advantage: str) -> bool:
+    """Whether the advantage estimator reads critic values (gae, bilevel_gae), so stages critic_fit and update need
+    a critic; grpo does not."""
+    if advantage not in ADVANTAGE_FNS:
+        raise ValueError(f"unknown algo.advantage {advantage!r}; use one of {', '.join(ADVANTAGE_FNS)}")
+    return advantage != "grpo"
+
+
 def _step(optimizer: torch.optim.Optimizer, params, loss: torch.Tensor, grad_clip: float) -> tuple[float, bool]:
     """Backward, clip, step; returns (pre-clip grad norm, whether the step was taken)."""
     optimizer.zero_grad(set_to_none=True)
@@ -78,6 +86,9 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
            ref_logprobs: torch.Tensor | None = None) -> dict[str, float]:
     """Critic then actor updates over the batch; returns actor/ and critic/ metrics (means over mini-batches)."""
     s = settings
+    if uses_critic(s.advantage) and (critic is None or critic_opt is None):
+        raise ValueError(f"algo.advantage {s.advantage} reads critic values; pass a critic and its optimizer "
+                         "(or use grpo)")
     mask = batch.loss_mask
     with torch.no_grad():
         old_values = token_values(critic, batch.input_ids, batch.attention_mask) * mask if critic is not None else None

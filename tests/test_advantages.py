@@ -5,7 +5,8 @@ import random
 import pytest
 import torch
 
-from ragen.advantages import compute_bilevel_gae, compute_gae, compute_grpo_advantages, masked_mean, normalize_returns, place_rewards, whiten
+from ragen.advantages import (compute_bilevel_gae, compute_gae, compute_grpo_advantages, masked_mean, normalize_returns,
+                              place_rewards, value_targets, whiten)
 
 
 def test_gae_with_gamma_lambda_one_is_return_minus_value():
@@ -140,3 +141,24 @@ def test_bilevel_gae_keeps_in_turn_token_rewards_at_token_level():
     rewards[0, 1] = -0.05
     adv, _ = compute_bilevel_gae(rewards, values, mask, ends, gamma=1.0, lam=1.0, turn_gamma=0.5, turn_lam=1.0)
     assert adv.tolist()[0] == pytest.approx([0.0, 0.85, 0.8, 0.0, 0.7, 0.6])
+
+
+def test_value_targets_are_monte_carlo_returns():
+    rewards, _, mask, ends = bilevel_case()  # turn 1 earns 0.5 (at token 2), turn 2 earns 1.0 (at token 5)
+    # bilevel_gae, turn_gamma 0.5: turn 1's tokens 0.5 + 0.5 * 1.0 = 1.0, turn 2's tokens 1.0 (not 1.5: turn 1's
+    # reward is in the past); with turn_gamma 1 turn 1 gets 1.5
+    targets = value_targets(rewards, mask, ends, advantage="bilevel_gae", gamma=1.0, turn_gamma=0.5)
+    assert targets[mask].tolist() == pytest.approx([1.0, 1.0, 1.0, 1.0])
+    targets = value_targets(rewards, mask, ends, advantage="bilevel_gae", gamma=1.0, turn_gamma=1.0)
+    assert targets[mask].tolist() == pytest.approx([1.5, 1.5, 1.0, 1.0])
+    # gae over token positions: the reward-to-go, discounted by gamma per position (env tokens count as steps)
+    targets = value_targets(rewards, mask, ends, advantage="gae", gamma=1.0, turn_gamma=0.5)
+    assert targets[mask].tolist() == pytest.approx([1.5, 1.5, 1.0, 1.0])
+    targets = value_targets(rewards, mask, ends, advantage="gae", gamma=0.5, turn_gamma=0.5)
+    # token 5: 1.0; 4: 0.5; 2: 0.5 + 0.5 * (0 + 0.5 * 0.5) = 0.625; 1: 0.3125
+    assert targets[mask].tolist() == pytest.approx([0.3125, 0.625, 0.5, 1.0])
+    # the return on the last token with gamma 1: R on every token, the old warm-up target
+    last = place_rewards(torch.tensor([2.5]), torch.ones(1, 6, dtype=torch.long))
+    assert value_targets(last, mask, ends, advantage="gae", gamma=1.0, turn_gamma=0.5)[mask].tolist() == [2.5] * 4
+    with pytest.raises(ValueError, match="grpo.*no critic"):
+        value_targets(rewards, mask, ends, advantage="grpo", gamma=1.0, turn_gamma=0.5)

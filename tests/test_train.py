@@ -10,7 +10,8 @@ from ragen.envs import make_env
 from ragen.policy import Policy
 from ragen.policy.model import build_critic, build_tiny_model
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
-from ragen.train import Learner, collect, select, step_specs, train_step
+from ragen.advantages import value_targets
+from ragen.train import Learner, collect, return_batch, select, step_specs, train_step
 
 CFG = ["train.env=frozen_lake", "train.groups=3", "train.group_size=4", "train.mini_batch_size=6",
        "rollout.max_new_tokens=10", "rollout.max_turns=2", "filter.keep_ratio=0.34"]
@@ -66,3 +67,23 @@ def test_same_seed_same_metrics_and_weights(tokenizer):
                      learner.policy.model.state_dict()))
     assert json.dumps(runs[0][0], sort_keys=True) == json.dumps(runs[1][0], sort_keys=True)  # NaN-safe
     assert all(torch.equal(runs[0][1][k], runs[1][1][k]) for k in runs[0][1])
+
+
+def test_critic_warm_up_targets_are_the_returns_update_trains_on(tokenizer):
+    # stage critic_fit batches the filtered rollouts as update's first step does: with reward_norm mean each
+    # token's target is its trajectory's group-centred return, not the raw one
+    cfg = load_config(None, [*CFG, "algo.reward_norm=mean"])
+    policy = fresh_learner(tokenizer).policy
+    trajectories = collect(cfg, policy, list(range(100, 110)), 0)
+    kept, scores, _ = select(cfg, trajectories, already_filtered=True)
+    assert len(kept) == 12
+    raw = torch.tensor([t.traj_return for t in kept])
+    groups = torch.tensor([t.group_id for t in kept])
+    for g in range(3):
+        assert torch.allclose(scores[groups == g], raw[groups == g] - raw[groups == g].mean())
+    assert not torch.allclose(scores, raw)  # so the targets below tell centred from raw returns
+    batch = return_batch(cfg, policy, kept, scores)
+    targets = value_targets(batch.token_rewards, batch.loss_mask, batch.turn_end_mask, advantage="gae", gamma=1.0,
+                            turn_gamma=0.95)
+    for row in range(12):
+        assert torch.allclose(targets[row][batch.loss_mask[row]], scores[row].expand(int(batch.loss_mask[row].sum())))

@@ -13,7 +13,7 @@ from ragen.policy.scoring import token_logprobs
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.records import EpisodeSpec
 from ragen.rollout import policy_responder, run_episodes
-from ragen.update import UpdateSettings, update
+from ragen.update import UpdateSettings, update, uses_critic
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +70,17 @@ def test_first_rescoring_matches_the_sampler(setup):
     batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"))
     stats = update(model, None, torch.optim.SGD(model.parameters(), lr=0.0), None, batch, settings("grpo"))
     assert stats["actor/sampler_logprob_gap"] < 1e-4
+
+
+@pytest.mark.parametrize("advantage", ["gae", "bilevel_gae"])
+def test_critic_advantages_without_a_critic_say_so(setup, advantage):
+    policy, trajectories = setup
+    assert uses_critic(advantage) and not uses_critic("grpo")
+    batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"))
+    with pytest.raises(ValueError, match=f"{advantage} reads critic values"):
+        update(policy.model, None, torch.optim.SGD(policy.model.parameters(), lr=0.0), None, batch, settings(advantage))
+    with pytest.raises(ValueError, match="unknown algo.advantage 'gea'"):
+        uses_critic("gea")
 
 
 def test_non_finite_gradient_skips_the_step(setup):

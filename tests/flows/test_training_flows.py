@@ -15,6 +15,7 @@ from flows.filter import filter_rollouts
 from flows.rollout import rollout
 from flows.update import update_policy
 from ragen.policy import load_policy
+from ragen.policy.model import read_meta
 from ragen.trajectory_io import read_trajectories
 
 SMALL = ["envs.tags=[bandit,bandit_test]", "envs.train_size=16", "envs.val_size=6", "envs.test_size=4",
@@ -78,3 +79,28 @@ def test_resume_after_a_kill_ends_where_an_uninterrupted_run_ends(prepared):
     resumed = load_policy(project / "resumed", device="cpu").model.state_dict()
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
     assert not (project / "checkpoints/update").exists()
+
+
+@pytest.mark.slow
+def test_bilevel_gae_warms_a_critic_and_trains_through_the_stages(prepared):
+    # algo.advantage=bilevel_gae reads critic values as gae does: critic_fit must warm a critic for it and update
+    # must load it (both once looked for "gae" only, and update crashed on the missing values)
+    project, params = prepared
+    bilevel = [*SMALL, "algo.advantage=bilevel_gae", "algo.reward_placement=turn", "algo.lam=0.95"]
+    out = {"critic_dir": str(project / "critic_bilevel"), "policy_dir": str(project / "policy_bilevel"),
+           "critic_out": str(project / "critic_bilevel_out"), "metrics_path": str(project / "train_bilevel.json"),
+           "steps_csv": str(project / "steps_bilevel.csv"), "checkpoint_dir": str(project / "ckpt_bilevel")}
+    fit = critic_fit(params=params, overrides=bilevel, out_dir=out["critic_dir"],
+                     metrics_path=str(project / "critic_fit_bilevel.json"))
+    assert read_meta(out["critic_dir"])["critic"] == "warm"
+    assert torch.isfinite(torch.tensor(fit["critic_fit/value_loss"]))
+    result = update_policy(params=params, overrides=bilevel, **out)
+    assert "val/bandit/success" in result and (project / "critic_bilevel_out").exists()
+    before = load_policy(project / "models/base", device="cpu").model.state_dict()
+    after = load_policy(out["policy_dir"], device="cpu").model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    # a critic_fit run for grpo leaves no critic; update with a critic estimator says which stage to rerun
+    critic_fit(params=params, overrides=[*SMALL, "algo.advantage=grpo"], out_dir=str(project / "no_critic"),
+               metrics_path=str(project / "critic_fit_grpo.json"))
+    with pytest.raises(FileNotFoundError, match="run stage critic_fit with the same algo.advantage"):
+        update_policy(params=params, overrides=bilevel, **(out | {"critic_dir": str(project / "no_critic")}))
