@@ -1,7 +1,8 @@
 """Learning benchmark: StarPO-S on the embedded CPU policy, per env; prints a table (not a test).
 
     python bench/bench_learning.py [--envs bandit frozen_lake sokoban] [--steps 40] [--preset starpo_s] [--reuse]
-                                   [--sft-base-steps N [--sft-base-envs TAG,...] | --base DIR] [key=value ...]
+                                   [--sft-base-steps N [--sft-base-envs TAG,...] | --base DIR] [--train-size N]
+                                   [key=value ...]
 
 Needs `dvc repro base` first (data/envs and models/base). For each env it runs the rollout, filter, critic_fit,
 update, evaluate and report flows (flows.ablate.rl_pipeline) into .bench/<preset>/<run>/ (the pipeline's own
@@ -25,12 +26,19 @@ from a base built elsewhere (DIR/policy/ and DIR/base.json, e.g. a row of bench/
 .bench/<preset>-<name of DIR>/<run>/. <run> is the env, the step count and a digest of the extra overrides
 (`run_name`, e.g. sokoban-s270-3f9c0a1e), so runs with other knobs keep their own directory; overrides.txt in it
 lists them.
+
+`--train-size N` trains on a pool of N train instances instead of data/envs' 1024 (envs.train_size): stage envgen
+writes the named envs with the same seeds into .bench/envs-train<N>/ (same val and test instances, a longer train
+pool from the same first seed), and every run, evaluation and pool row reads that directory; the run directories
+get `-pool<N>`. With N >= steps x train.groups no train instance is visited twice, so memorising the pool is no
+longer a way to raise the rollout success.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import math
 from pathlib import Path
 
@@ -39,6 +47,7 @@ import polars as pl
 from flows.ablate import rl_pipeline
 from flows.base import base as build_base
 from flows.common import read_seeds, read_train_pool
+from flows.envgen import envgen
 from flows.evaluate import evaluate
 from ragen.config import Config, load_config
 from ragen.evaluation import evaluate_policy
@@ -61,10 +70,10 @@ def paired_mean_se(d: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(sum((x - mean) ** 2 for x in d) / max(len(d) - 1, 1) / len(d))
 
 
-def paired_gap(out: Path, env: str, split: str, episodes: int) -> tuple[float, float]:
+def paired_gap(envs_dir: str, out: Path, env: str, split: str, episodes: int) -> tuple[float, float]:
     """Trained-minus-base success on the same val or test episodes (eval.parquet, eval_base.parquet) and its paired
     standard error (`paired_mean_se`)."""
-    seeds = read_seeds("data/envs", env, split)[:episodes]
+    seeds = read_seeds(envs_dir, env, split)[:episodes]
     columns = ["tag", "seed", "success"]
     trained = pl.read_parquet(out / "eval.parquet", columns=columns).rename({"success": "trained"})
     base = pl.read_parquet(out / "eval_base.parquet", columns=columns).rename({"success": "base"})
@@ -75,10 +84,10 @@ def paired_gap(out: Path, env: str, split: str, episodes: int) -> tuple[float, f
     return paired_mean_se(d.to_list())
 
 
-def random_success(cfg: Config, policy: Policy, env: str, split: str) -> float:
+def random_success(cfg: Config, policy: Policy, envs_dir: str, env: str, split: str) -> float:
     """Success of random valid actions (the warm-start script) on the episodes `evaluate` plays."""
     renderer = policy.renderer(cfg.rollout.enable_think)
-    seeds = read_seeds("data/envs", env, split)[: cfg.eval.episodes]
+    seeds = read_seeds(envs_dir, env, split)[: cfg.eval.episodes]
     respond = scripted_responder("warm", renderer.tokenizer, renderer.prefix, seed=cfg.train.seed,
                                  max_actions_per_turn=cfg.rollout.max_actions_per_turn,
                                  max_turns=cfg.rollout.max_turns, enable_think=cfg.rollout.enable_think)
@@ -88,19 +97,34 @@ def random_success(cfg: Config, policy: Policy, env: str, split: str) -> float:
     return summarize(trajectories)["success_rate"]
 
 
-def run_name(env: str, steps: int, overrides: list[str]) -> str:
-    """Directory of one env's run: `<env>-s<steps>`, plus a digest of the extra overrides when there are any (e.g.
-    sokoban-s270-3f9c0a1e), so runs with other knobs do not overwrite each other; `overrides.txt` in it lists them."""
+def run_name(env: str, steps: int, overrides: list[str], train_size: int = 0) -> str:
+    """Directory of one env's run: `<env>-s<steps>`, `-pool<N>` with --train-size N, plus a digest of the extra
+    overrides when there are any (e.g. sokoban-s270-3f9c0a1e), so runs with other knobs do not overwrite each other;
+    `overrides.txt` in it lists them."""
+    name = f"{env}-s{steps}" + (f"-pool{train_size}" if train_size else "")
     if not overrides:
-        return f"{env}-s{steps}"
-    return f"{env}-s{steps}-{hashlib.sha1(' '.join(overrides).encode()).hexdigest()[:8]}"
+        return name
+    return f"{name}-{hashlib.sha1(' '.join(overrides).encode()).hexdigest()[:8]}"
 
 
-def pool_fit(cfg: Config, base_policy: Policy, policy_dir: Path, env: str) -> tuple[float, float, float, int]:
+def train_pool_envs(envs: list[str], train_size: int, reuse: bool) -> str:
+    """.bench/envs-train<N>/: the instance tables of `envs` with a train pool of `train_size` seeds (stage envgen;
+    val and test as in data/envs). Kept with `reuse` when it already holds at least that many for every env."""
+    envs_dir = Path(".bench") / f"envs-train{train_size}"
+    metrics = envs_dir.parent / f"envs-train{train_size}.json"
+    built = json.loads(metrics.read_text()) if metrics.exists() else {}
+    if not (reuse and all(built.get(env, {}).get("train", {}).get("count", 0) >= train_size for env in envs)):
+        envgen(overrides=[f"envs.tags=[{','.join(envs)}]", f"envs.train_size={train_size}"], out_dir=str(envs_dir),
+               metrics_path=str(metrics))
+    return str(envs_dir)
+
+
+def pool_fit(cfg: Config, base_policy: Policy, envs_dir: str, policy_dir: Path, env: str
+             ) -> tuple[float, float, float, int]:
     """Base and trained success at the eval temperature on the first eval.episodes instances of the train pool
     (training visits them at steps 1 to eval.episodes / P, and again every len(pool) / P steps), the paired gap over
     its standard error, and the episode count. A gain here without one on val is memorisation of the pool."""
-    seeds = read_train_pool("data/envs", env, cfg.train.max_optimal_moves)[: cfg.eval.episodes]
+    seeds = read_train_pool(envs_dir, env, cfg.train.max_optimal_moves)[: cfg.eval.episodes]
     success = []
     for policy in (base_policy, load_policy(str(policy_dir), device="cpu")):
         _, trajectories = evaluate_policy(policy, env, seeds, cfg.rollout, temperature=cfg.eval.temperature,
@@ -125,6 +149,8 @@ def main() -> None:
     parser.add_argument("--base", default="",
                         help="start from a base built elsewhere: a directory holding policy/ and base.json, such as "
                              "a row of bench/bench_imitation.py (.bench/imitation/<row>)")
+    parser.add_argument("--train-size", type=int, default=0,
+                        help="train on a pool of N train instances (.bench/envs-train<N>/) instead of data/envs'")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every env")
     args = parser.parse_args()
     base_dir, base_metrics, runs = "models/base", "metrics/base.json", Path(".bench") / args.preset
@@ -143,27 +169,29 @@ def main() -> None:
             build_base(overrides=["base.mode=sft", f"base.steps={args.sft_base_steps}",
                                   f"base.envs=[{','.join(args.sft_base_envs)}]"],
                        out_dir=base_dir, metrics_path=base_metrics)
+    envs_dir = train_pool_envs(args.envs, args.train_size, args.reuse) if args.train_size > 0 else "data/envs"
     rows, timings, curves, fits = [], [], [], []
     for env in args.envs:
-        out = runs / run_name(env, args.steps, args.overrides)
+        out = runs / run_name(env, args.steps, args.overrides, args.train_size)
         overrides = [f"preset={args.preset}", f"train.env={env}", f"train.steps={args.steps}", *args.overrides]
         out.mkdir(parents=True, exist_ok=True)
         (out / "overrides.txt").write_text("\n".join(overrides) + "\n")  # first: a killed run says what it was
-        summary = rl_pipeline(overrides, out, base_dir=base_dir, base_metrics=base_metrics, force=not args.reuse)
+        summary = rl_pipeline(overrides, out, envs_dir=envs_dir, base_dir=base_dir, base_metrics=base_metrics,
+                              force=not args.reuse)
         wall = summary.get("wall_s", math.nan)  # of the run that trained, also when reused
-        base = evaluate(overrides=overrides, policy_dir=base_dir, metrics_path=str(out / "eval_base.json"),
-                        trajectories_out=str(out / "eval_base.parquet"))
+        base = evaluate(overrides=overrides, envs_dir=envs_dir, policy_dir=base_dir,
+                        metrics_path=str(out / "eval_base.json"), trajectories_out=str(out / "eval_base.parquet"))
         cfg, base_policy = load_config("params.yaml", overrides), load_policy(base_dir, device="cpu")
         for split in ("val", "test"):
             trained, before = summary["eval"][env][split], base[env][split]
-            gap, paired_se = paired_gap(out, env, split, cfg.eval.episodes)
-            rows.append((env, split, random_success(cfg, base_policy, env, split), before, trained,
+            gap, paired_se = paired_gap(envs_dir, out, env, split, cfg.eval.episodes)
+            rows.append((env, split, random_success(cfg, base_policy, envs_dir, env, split), before, trained,
                          gap / max(paired_se, 1e-9), wall))
-        fits.append((env, *pool_fit(cfg, base_policy, out / "policy", env)))
+        fits.append((env, *pool_fit(cfg, base_policy, envs_dir, out / "policy", env)))
         timings.append((env, summary["train"]))
         curves.append((env, read_steps_csv(out / "train_steps.csv")))
     print(f"\n# learning benchmark | preset {args.preset} | {args.steps} steps | base {base_dir} | "
-          f"success rate ± standard error")
+          f"instances {envs_dir} | success rate ± standard error")
     print(f"{'env':<12} {'split':<5} {'random':>6} {'base':>12} {'trained':>12} {'gap/se':>6} {'paired':>6} "
           f"{'ceiling':>7} {'of ceiling':>10} {'train wall s':>12}")
     for env, split, rand, before, trained, paired, wall in rows:
