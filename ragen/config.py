@@ -248,6 +248,8 @@ def validate(config: Config) -> None:
         raise ConfigError("envs.tags: empty; name at least one env")
     if len(set(envs.tags)) != len(envs.tags):
         raise ConfigError(f"envs.tags: duplicate tags in {envs.tags}")
+    if len(set(config.base.envs)) != len(config.base.envs):
+        raise ConfigError(f"base.envs: duplicate tags in {config.base.envs}; name each env once")
     outside = [tag for tag in config.base.envs if tag not in envs.tags]
     if outside:
         raise ConfigError(f"base.envs: {outside} not in envs.tags (only those have generated train seeds); "
