@@ -13,7 +13,9 @@ errors, the trained-minus-base gap in standard errors (unpaired, and paired over
 solver ceiling and the trained success as a fraction of it. Then base and trained success at the eval temperature
 on the first eval.episodes instances of the train pool, with the paired gap (a gain there and none on val is
 memorisation of the pool). Then the rollout success on the train pool over the first and the last 10 steps (what
-the policy learned on the instances it trains on, e.g. a `train.max_optimal_moves` curriculum). Last, seconds per
+the policy learned on the instances it trains on, e.g. a `train.max_optimal_moves` curriculum), and over six equal
+windows of steps (with --train-size large enough that no instance comes twice, that curve is the success on
+unseen instances at the training temperature, on far more episodes than val has). Last, seconds per
 training step split into rollout, scoring and update, with tokens per second.
 
 `--sft-base-steps N` starts from (and compares against) a base with some skill instead of the pipeline's warm base:
@@ -56,6 +58,9 @@ from ragen.records import EpisodeSpec
 from ragen.report import read_steps_csv
 from ragen.rollout import run_episodes, summarize
 from ragen.warmstart import scripted_responder
+
+
+WINDOWS = 6  # the train-pool rollout success curve is printed as this many window means
 
 
 def stderr(p: float, n: int) -> float:
@@ -212,6 +217,11 @@ def main() -> None:
         head, tail = success[:10], success[-10:]
         print(f"{env:<12} train-pool rollout success: steps 2-{len(head) + 1} "
               f"{sum(head) / len(head):.3f}, last {len(tail)} {sum(tail) / len(tail):.3f}")
+        if len(success) >= 2 * WINDOWS:  # the whole curve, in WINDOWS equal runs of steps
+            bounds = [round(i * len(success) / WINDOWS) for i in range(WINDOWS + 1)]
+            spans = list(zip(bounds, bounds[1:]))
+            print(f"{env:<12} train-pool rollout success in {WINDOWS} windows of steps: "
+                  + " ".join(f"{lo + 2}-{hi + 1} {sum(success[lo:hi]) / (hi - lo):.3f}" for lo, hi in spans))
     for env, t in timings:
         per_step = t["timing/rollout_s_mean"] + t["timing/score_s_mean"] + t["timing/update_s_mean"]
         print(f"{env:<12} {per_step:.1f} s per step: rollout {t['timing/rollout_s_mean']:.2f}s "
