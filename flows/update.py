@@ -28,8 +28,8 @@ from ragen.policy import load_policy
 from ragen.policy.model import load_critic, read_meta, save_meta, save_model
 from ragen.tracking import MlflowTracker
 from ragen.train import Learner, train_step
-from ragen.update import uses_critic
 from ragen.trajectory_io import read_trajectories, sample_table
+from ragen.update import uses_critic
 
 # step curves also logged on the parent pipeline run, so pipeline runs (ablation variants) chart side by side
 PIPELINE_CURVES = {"rollout/success_rate", "rollout/in_group_std_mean", "actor/entropy", "actor/grad_norm"}
