@@ -23,11 +23,10 @@ import json
 import time
 from pathlib import Path
 
-from bench_learning import stderr  # bench/ is on sys.path when this script runs
+from bench_learning import instance_tables, stderr  # bench/ is on sys.path when this script runs
 
 from flows.base import base as build_base
 from flows.common import read_seeds
-from flows.envgen import envgen
 from flows.evaluate import evaluate
 from ragen.config import load_config
 from ragen.evaluation import evaluate_policy
@@ -56,13 +55,9 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep rows (and instances) already built")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every stage")
     args = parser.parse_args()
-    envs_dir, envgen_metrics = ROOT / "envs", ROOT / "envgen.json"
-    train_size = max(args.demos)
-    built = json.loads(envgen_metrics.read_text()) if envgen_metrics.exists() else {}
-    if not (args.reuse and all(built.get(env, {}).get("train", {}).get("count", 0) >= train_size
-                               and read_seeds(envs_dir, env, "train")[0] == args.train_seed for env in args.envs)):
-        envgen(overrides=[f"envs.train_size={train_size}", f"envs.train_seed={args.train_seed}", *args.overrides],
-               out_dir=str(envs_dir), metrics_path=str(envgen_metrics))
+    envs_dir = ROOT / "envs"
+    instance_tables(envs_dir, ROOT / "envgen.json", args.envs, train_size=max(args.demos), train_seed=args.train_seed,
+                    reuse=args.reuse, overrides=args.overrides)
     rows = []
     for env in args.envs:
         for demos in args.demos:

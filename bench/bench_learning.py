@@ -112,15 +112,25 @@ def run_name(env: str, steps: int, overrides: list[str], train_size: int = 0) ->
     return f"{name}-{hashlib.sha1(' '.join(overrides).encode()).hexdigest()[:8]}"
 
 
-def train_pool_envs(envs: list[str], train_size: int, reuse: bool) -> str:
-    """.bench/envs-train<N>/: the instance tables of `envs` with a train pool of `train_size` seeds (stage envgen;
-    val and test as in data/envs). Kept with `reuse` when it already holds at least that many for every env."""
-    envs_dir = Path(".bench") / f"envs-train{train_size}"
-    metrics = envs_dir.parent / f"envs-train{train_size}.json"
+def instance_tables(envs_dir: Path, metrics: Path, envs: list[str], *, train_size: int, train_seed: int,
+                    reuse: bool, overrides: list[str]) -> None:
+    """Stage envgen into `envs_dir` (its metrics in `metrics`) with a train pool of `train_size` seeds from
+    `train_seed` (val and test as params.yaml has them). Kept with `reuse` when it already holds at least that many
+    train instances from that first seed for every env in `envs`. Also used by bench_imitation.py."""
     built = json.loads(metrics.read_text()) if metrics.exists() else {}
-    if not (reuse and all(built.get(env, {}).get("train", {}).get("count", 0) >= train_size for env in envs)):
-        envgen(overrides=[f"envs.tags=[{','.join(envs)}]", f"envs.train_size={train_size}"], out_dir=str(envs_dir),
-               metrics_path=str(metrics))
+    if not (reuse and all(built.get(env, {}).get("train", {}).get("count", 0) >= train_size
+                          and read_seeds(envs_dir, env, "train")[0] == train_seed for env in envs)):
+        envgen(overrides=[f"envs.train_size={train_size}", f"envs.train_seed={train_seed}", *overrides],
+               out_dir=str(envs_dir), metrics_path=str(metrics))
+
+
+def train_pool_envs(envs: list[str], train_size: int, reuse: bool) -> str:
+    """.bench/envs-train<N>/: the instance tables of `envs` with a train pool of `train_size` seeds from the
+    pipeline's first train seed (`instance_tables`; val and test as in data/envs)."""
+    envs_dir = Path(".bench") / f"envs-train{train_size}"
+    instance_tables(envs_dir, envs_dir.parent / f"envs-train{train_size}.json", envs, train_size=train_size,
+                    train_seed=load_config("params.yaml").envs.train_seed, reuse=reuse,
+                    overrides=[f"envs.tags=[{','.join(envs)}]"])
     return str(envs_dir)
 
 
