@@ -10,13 +10,14 @@ outputs are untouched); the wall time of that is the training budget the issue's
 val and test episodes at the same temperature (eval.*), it evaluates the base policy (`evaluate` flow on
 models/base) and random valid actions, and prints per split: random, base and trained success with their standard
 errors, the trained-minus-base gap in standard errors (unpaired, and paired over the same episodes: `paired`), the
-solver ceiling and the trained success as a fraction of it. Then base and trained success at the eval temperature
-on the first eval.episodes instances of the train pool, with the paired gap (a gain there and none on val is
-memorisation of the pool). Then the rollout success on the train pool over the first and the last 10 steps (what
-the policy learned on the instances it trains on, e.g. a `train.max_optimal_moves` curriculum), and over six equal
-windows of steps (with --train-size large enough that no instance comes twice, that curve is the success on
-unseen instances at the training temperature, on far more episodes than val has). Last, seconds per
-training step split into rollout, scoring and update, with tokens per second.
+solver ceiling and the trained success as a fraction of it, and (envs with instances of several difficulties)
+base and trained success on those episodes by the solver's optimal move count. Then base and trained success at
+the eval temperature on the first eval.episodes instances of the train pool, with the paired gap (a gain there
+and none on val is memorisation of the pool). Then the rollout success on the train pool over the first and the
+last 10 steps (what the policy learned on the instances it trains on, e.g. a `train.max_optimal_moves`
+curriculum), and over six equal windows of steps (with --train-size large enough that no instance comes twice,
+that curve is the success on unseen instances at the training temperature, on far more episodes than val has).
+Last, seconds per training step split into rollout, scoring and update, with tokens per second.
 
 `--sft-base-steps N` starts from (and compares against) a base with some skill instead of the pipeline's warm base:
 stage base with `base.mode=sft base.steps=N` (solver demonstrations for every env, N supervised steps) built into
@@ -48,7 +49,7 @@ import polars as pl
 
 from flows.ablate import rl_pipeline
 from flows.base import base as build_base
-from flows.common import read_seeds, read_train_pool
+from flows.common import read_instances, read_seeds, read_train_pool
 from flows.envgen import envgen
 from flows.evaluate import evaluate
 from ragen.config import Config, load_config
@@ -75,18 +76,45 @@ def paired_mean_se(d: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(sum((x - mean) ** 2 for x in d) / max(len(d) - 1, 1) / len(d))
 
 
-def paired_gap(envs_dir: str, out: Path, env: str, split: str, episodes: int) -> tuple[float, float]:
-    """Trained-minus-base success on the same val or test episodes (eval.parquet, eval_base.parquet) and its paired
-    standard error (`paired_mean_se`)."""
+def paired_episodes(envs_dir: str, out: Path, env: str, split: str, episodes: int) -> pl.DataFrame:
+    """Base and trained success (0/1) on the same val or test episodes (eval_base.parquet, eval.parquet): one row per
+    seed with `seed`, `base`, `trained`, in the split's order."""
     seeds = read_seeds(envs_dir, env, split)[:episodes]
     columns = ["tag", "seed", "success"]
     trained = pl.read_parquet(out / "eval.parquet", columns=columns).rename({"success": "trained"})
     base = pl.read_parquet(out / "eval_base.parquet", columns=columns).rename({"success": "base"})
-    d = (trained.join(base, on=["tag", "seed"]).filter((pl.col("tag") == env) & pl.col("seed").is_in(seeds))
-         .select(pl.col("trained").cast(pl.Float64) - pl.col("base").cast(pl.Float64))).to_series()
-    if len(d) != len(seeds):
-        raise ValueError(f"{out}: {len(d)} paired {env} {split} episodes, expected {len(seeds)}; rerun without --reuse")
-    return paired_mean_se(d.to_list())
+    both = (trained.join(base, on=["tag", "seed"]).filter((pl.col("tag") == env) & pl.col("seed").is_in(seeds))
+            .select("seed", pl.col("base").cast(pl.Float64), pl.col("trained").cast(pl.Float64)))
+    if both.height != len(seeds):
+        raise ValueError(f"{out}: {both.height} paired {env} {split} episodes, expected {len(seeds)}; "
+                         "rerun without --reuse")
+    return pl.DataFrame({"seed": seeds}).join(both, on="seed", how="left")
+
+
+def paired_gap(envs_dir: str, out: Path, env: str, split: str, episodes: int) -> tuple[float, float]:
+    """Trained-minus-base success on the same val or test episodes and its paired standard error
+    (`paired_mean_se`)."""
+    both = paired_episodes(envs_dir, out, env, split, episodes)
+    return paired_mean_se((both["trained"] - both["base"]).to_list())
+
+
+MOVE_BUCKETS = ((1, 3), (4, 6), (7, 10), (11, None))  # the solver's optimal moves; > 10 is past the action budget
+
+
+def success_by_moves(envs_dir: str, out: Path, env: str, split: str,
+                     episodes: int) -> list[tuple[str, int, float, float]]:
+    """Base and trained success on the same episodes by the solver's optimal move count (envgen's `optimal_moves`):
+    (bucket, episodes, base, trained) for each non-empty bucket of MOVE_BUCKETS; where the learning is (or is not)."""
+    moves = read_instances(envs_dir, env, split, ["seed", "optimal_moves"])
+    both = paired_episodes(envs_dir, out, env, split, episodes).join(moves, on="seed", how="left")
+    rows = []
+    for lo, hi in MOVE_BUCKETS:
+        upper = pl.lit(True) if hi is None else pl.col("optimal_moves") <= hi
+        part = both.filter((pl.col("optimal_moves") >= lo) & upper)
+        if part.height:
+            rows.append((f"{lo}-{hi}" if hi is not None else f">{lo - 1}", part.height, part["base"].mean(),
+                         part["trained"].mean()))
+    return rows
 
 
 def random_success(cfg: Config, policy: Policy, envs_dir: str, env: str, split: str) -> float:
@@ -185,7 +213,7 @@ def main() -> None:
                                   f"base.envs=[{','.join(args.sft_base_envs)}]"],
                        out_dir=base_dir, metrics_path=base_metrics)
     envs_dir = train_pool_envs(args.envs, args.train_size, args.reuse) if args.train_size > 0 else "data/envs"
-    rows, timings, curves, fits = [], [], [], []
+    rows, timings, curves, fits, by_moves = [], [], [], [], []
     for env in args.envs:
         out = runs / run_name(env, args.steps, args.overrides, args.train_size)
         overrides = [f"preset={args.preset}", f"train.env={env}", f"train.steps={args.steps}", *args.overrides]
@@ -202,6 +230,7 @@ def main() -> None:
             gap, paired_se = paired_gap(envs_dir, out, env, split, cfg.eval.episodes)
             rows.append((env, split, random_success(cfg, base_policy, envs_dir, env, split), before, trained,
                          gap / max(paired_se, 1e-9), wall))
+            by_moves.append((env, split, success_by_moves(envs_dir, out, env, split, cfg.eval.episodes)))
         fits.append((env, *pool_fit(cfg, base_policy, envs_dir, out / "policy", env)))
         timings.append((env, summary["train"]))
         curves.append((env, read_steps_csv(out / "train_steps.csv")))
@@ -216,6 +245,10 @@ def main() -> None:
         print(f"{env:<12} {split:<5} {rand:>6.3f} {before['success_rate']:>6.3f}±{se_b:.3f} "
               f"{trained['success_rate']:>6.3f}±{se_t:.3f} {gap:>6.1f} {paired:>6.1f} {trained['success_ceiling']:>7.3f} "
               f"{trained['success_of_ceiling']:>10.1%} {wall:>12.0f}")
+    for env, split, buckets in by_moves:
+        if len(buckets) > 1:  # one bucket (bandit: every instance is one pull) says nothing the row above does not
+            print(f"{env:<12} {split:<5} by optimal moves (episodes: base -> trained): "
+                  + " | ".join(f"{name} ({n}): {before:.3f} -> {after:.3f}" for name, n, before, after in buckets))
     for env, before, after, paired, n in fits:
         print(f"{env:<12} train-pool success at T {cfg.eval.temperature} (first {n} instances): base {before:.3f}, "
               f"trained {after:.3f}, paired gap/se {paired:.1f}")
