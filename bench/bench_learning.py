@@ -91,22 +91,19 @@ def paired_episodes(envs_dir: str, out: Path, env: str, split: str, episodes: in
     return pl.DataFrame({"seed": seeds}).join(both, on="seed", how="left")
 
 
-def paired_gap(envs_dir: str, out: Path, env: str, split: str, episodes: int) -> tuple[float, float]:
-    """Trained-minus-base success on the same val or test episodes and its paired standard error
-    (`paired_mean_se`)."""
-    both = paired_episodes(envs_dir, out, env, split, episodes)
+def paired_gap(both: pl.DataFrame) -> tuple[float, float]:
+    """Trained-minus-base success over `paired_episodes` and its paired standard error (`paired_mean_se`)."""
     return paired_mean_se((both["trained"] - both["base"]).to_list())
 
 
 MOVE_BUCKETS = ((1, 3), (4, 6), (7, 10), (11, None))  # the solver's optimal moves; > 10 is past the action budget
 
 
-def success_by_moves(envs_dir: str, out: Path, env: str, split: str,
-                     episodes: int) -> list[tuple[str, int, float, float]]:
-    """Base and trained success on the same episodes by the solver's optimal move count (envgen's `optimal_moves`):
+def success_by_moves(envs_dir: str, env: str, split: str, paired: pl.DataFrame) -> list[tuple[str, int, float, float]]:
+    """Base and trained success over `paired_episodes` by the solver's optimal move count (envgen's `optimal_moves`):
     (bucket, episodes, base, trained) for each non-empty bucket of MOVE_BUCKETS; where the learning is (or is not)."""
     moves = read_instances(envs_dir, env, split, ["seed", "optimal_moves"])
-    both = paired_episodes(envs_dir, out, env, split, episodes).join(moves, on="seed", how="left")
+    both = paired.join(moves, on="seed", how="left")
     rows = []
     for lo, hi in MOVE_BUCKETS:
         upper = pl.lit(True) if hi is None else pl.col("optimal_moves") <= hi
@@ -227,10 +224,11 @@ def main() -> None:
         cfg, base_policy = load_config("params.yaml", overrides), load_policy(base_dir, device="cpu")
         for split in ("val", "test"):
             trained, before = summary["eval"][env][split], base[env][split]
-            gap, paired_se = paired_gap(envs_dir, out, env, split, cfg.eval.episodes)
+            paired = paired_episodes(envs_dir, out, env, split, cfg.eval.episodes)
+            gap, paired_se = paired_gap(paired)
             rows.append((env, split, random_success(cfg, base_policy, envs_dir, env, split), before, trained,
                          gap / max(paired_se, 1e-9), wall))
-            by_moves.append((env, split, success_by_moves(envs_dir, out, env, split, cfg.eval.episodes)))
+            by_moves.append((env, split, success_by_moves(envs_dir, env, split, paired)))
         fits.append((env, *pool_fit(cfg, base_policy, envs_dir, out / "policy", env)))
         timings.append((env, summary["train"]))
         curves.append((env, read_steps_csv(out / "train_steps.csv")))
