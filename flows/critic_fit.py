@@ -22,7 +22,7 @@ from ragen.config import load_config
 from ragen.losses import explained_variance
 from ragen.policy import load_policy
 from ragen.policy.model import build_critic, save_meta, save_model
-from ragen.policy.scoring import token_values
+from ragen.policy.scoring import shareable_prefix, token_values
 from ragen.tracking import MlflowTracker
 from ragen.train import return_batch, select
 from ragen.trajectory_io import read_trajectories
@@ -54,7 +54,8 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
             losses = []
             for start in range(0, batch.input_ids.shape[0], size):
                 rows = slice(start, start + size)
-                values = token_values(critic, batch.input_ids[rows], batch.attention_mask[rows])
+                ids, att = batch.input_ids[rows], batch.attention_mask[rows]
+                values = token_values(critic, ids, att, prefix_len=shareable_prefix(ids, att, mask[rows]))
                 m = mask[rows].float()
                 loss = 0.5 * (((values - targets[rows]) ** 2) * m).sum() / m.sum().clamp(min=1)
                 optimizer.zero_grad(set_to_none=True)
@@ -65,7 +66,8 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
             tracker.log_metrics({"critic_fit/value_loss": sum(losses) / len(losses)}, step=epoch)
         critic.eval()
         with torch.no_grad():
-            values = token_values(critic, batch.input_ids, batch.attention_mask)
+            values = token_values(critic, batch.input_ids, batch.attention_mask,
+                                  prefix_len=shareable_prefix(batch.input_ids, batch.attention_mask, mask))
         metrics = {"critic_fit/value_loss": sum(losses) / len(losses),
                    "critic_fit/explained_var": explained_variance(values, targets, mask)}
         save_model(critic, out_dir, meta={"critic": "warm", "trajectories": len(trajectories)})

@@ -21,7 +21,7 @@ from transformers import PreTrainedModel
 from ragen.advantages import compute_bilevel_gae, compute_gae, compute_grpo_advantages, masked_mean, whiten
 from ragen.batching import RolloutBatch
 from ragen.losses import explained_variance, kl_penalty, ppo_clip_loss, value_loss
-from ragen.policy.scoring import token_logprobs, token_values
+from ragen.policy.scoring import shareable_prefix, token_logprobs, token_values
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class UpdateSettings:
     aggregation: str
     mini_batch_size: int
     grad_clip: float
+    share_prefix: bool = True  # run the rows' common prompt prefix once (same values); False: every row whole
 
 
 def _gae(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSettings) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,9 +91,13 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
         raise ValueError(f"algo.advantage {s.advantage} reads critic values; pass a critic and its optimizer "
                          "(or use grpo)")
     mask = batch.loss_mask
+    # rows behind the same system prompt and instruction run that prefix once (same values, less compute)
+    prefix_of = shareable_prefix if s.share_prefix else (lambda *rows: 0)
+    prefix_len = prefix_of(batch.input_ids, batch.attention_mask, mask)
     with torch.no_grad():
-        old_values = token_values(critic, batch.input_ids, batch.attention_mask) * mask if critic is not None else None
-        old_logprobs, _ = token_logprobs(policy, batch.input_ids, batch.attention_mask)  # (B, T)
+        old_values = (token_values(critic, batch.input_ids, batch.attention_mask, prefix_len=prefix_len) * mask
+                      if critic is not None else None)
+        old_logprobs, _ = token_logprobs(policy, batch.input_ids, batch.attention_mask, prefix_len=prefix_len)  # (B, T)
         sampled = batch.sampled_logprobs != 0
         gap = (old_logprobs - batch.sampled_logprobs)[sampled].abs().max().item() if sampled.any() else 0.0
     advantages, returns = ADVANTAGE_FNS[s.advantage](batch, old_values, s)
@@ -107,9 +112,10 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
     for start in range(0, size, s.mini_batch_size):
         rows = slice(start, start + s.mini_batch_size)
         ids, att, m = batch.input_ids[rows], batch.attention_mask[rows], mask[rows]
+        mini_prefix = prefix_of(ids, att, m)
         if critic is not None:
             critic.train()
-            values = token_values(critic, ids, att)
+            values = token_values(critic, ids, att, prefix_len=mini_prefix)
             v_loss, v_stats = value_loss(values, old_values[rows], returns[rows], m, clip=s.value_clip,
                                          aggregation=s.aggregation)
             grad_norm, taken = _step(critic_opt, critic.parameters(), v_loss, s.grad_clip)
@@ -118,7 +124,7 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
             add("critic/grad_norm", grad_norm)
             add("critic/explained_var", explained_variance(old_values[rows], returns[rows], m))
             add("critic/skipped_steps", float(not taken))
-        logprobs, entropy = token_logprobs(policy, ids, att, with_entropy=True)
+        logprobs, entropy = token_logprobs(policy, ids, att, with_entropy=True, prefix_len=mini_prefix)
         pg_loss, pg_stats = ppo_clip_loss(logprobs, old_logprobs[rows], advantages[rows], m, eps_low=s.eps_low,
                                           eps_high=s.eps_high, dual_clip=s.dual_clip, aggregation=s.aggregation)
         entropy_mean = masked_mean(entropy, m)

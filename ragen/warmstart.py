@@ -28,7 +28,7 @@ from ragen.envs.sokoban import SokobanEnv
 from ragen.envs.solvers import bandit_optimal_arm, countdown_solve, frozen_lake_turn_actions, sokoban_plan
 from ragen.batching import build_batch
 from ragen.policy.sampling import Sample
-from ragen.policy.scoring import shared_prefix_length, token_logprobs, token_logprobs_shared_prefix
+from ragen.policy.scoring import shareable_prefix, token_logprobs
 from ragen.policy.tokenizer import example_response, random_action, thought_kind
 from ragen.records import Trajectory
 from ragen.rollout import Responder
@@ -36,9 +36,6 @@ from ragen.rollout import Responder
 
 def actions_left(env: TextEnv) -> int:
     return env.max_actions_per_traj - env.num_steps
-
-
-MIN_SHARED_PREFIX = 16  # tokens; shorter shared prefixes are not worth a second model call
 
 
 def random_actions(env: TextEnv, rng: random.Random, max_per_turn: int, turns_left: int = 0) -> list[str]:
@@ -143,11 +140,8 @@ def train_supervised(model: PreTrainedModel, data: Sequence[Trajectory], *, pad_
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, steps=steps, warmup_steps=warmup_steps, lr=lr)
         # the rows of one tag share the system prompt and instruction: that prefix runs once (same values)
-        prefix_len = shared_prefix_length(rows.input_ids, rows.attention_mask, rows.loss_mask)
-        if len(batch) > 1 and prefix_len >= MIN_SHARED_PREFIX:
-            logprobs = token_logprobs_shared_prefix(model, rows.input_ids, rows.attention_mask, prefix_len)  # (B, T)
-        else:
-            logprobs, _ = token_logprobs(model, rows.input_ids, rows.attention_mask)  # (B, T)
+        prefix_len = shareable_prefix(rows.input_ids, rows.attention_mask, rows.loss_mask)
+        logprobs, _ = token_logprobs(model, rows.input_ids, rows.attention_mask, prefix_len=prefix_len)  # (B, T)
         loss = -(logprobs * rows.loss_mask).sum() / rows.loss_mask.sum().clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

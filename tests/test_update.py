@@ -9,7 +9,7 @@ from ragen.batching import build_batch
 from ragen.config import RolloutConfig
 from ragen.policy import Policy
 from ragen.policy.model import build_critic, build_tiny_model
-from ragen.policy.scoring import token_logprobs
+from ragen.policy.scoring import shareable_prefix, token_logprobs
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.records import EpisodeSpec
 from ragen.rollout import policy_responder, run_episodes
@@ -93,6 +93,36 @@ def test_non_finite_gradient_skips_the_step(setup):
     stats = update(model, None, torch.optim.AdamW(model.parameters(), lr=1e-3), None, batch, settings("grpo", mini_batch_size=8))
     assert stats["actor/skipped_steps"] == 1
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+@pytest.mark.parametrize("loss_mask", ["assistant", "all"])
+def test_sharing_the_prompt_prefix_changes_no_metric_and_no_weight(setup, loss_mask):
+    """The update runs the rows' common prompt prefix once (`share_prefix`); two steps give what running every row
+    whole gives: the same metrics and the same weights, to float rounding (a clip fraction may differ by a token
+    that sits on the clip boundary)."""
+    policy, trajectories = setup
+    batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"),
+                        loss_mask=loss_mask)
+    spread = torch.linspace(-1, 1, 8)
+    rewards = batch.token_rewards.clone()
+    rewards[:, -1] += spread
+    batch = replace(batch, token_rewards=rewards, traj_returns=batch.traj_returns + spread)
+    assert shareable_prefix(batch.input_ids, batch.attention_mask, batch.loss_mask) > 0  # there is a prefix to share
+    runs = {}
+    for share in (True, False):
+        model = build_tiny_model(policy.tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                 intermediate_size=64, max_positions=2048, seed=0).eval()
+        critic = build_critic(model)
+        actor_opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
+        stats = [update(model, critic, actor_opt, critic_opt, batch, settings(share_prefix=share)) for _ in range(2)]
+        runs[share] = stats, [p.detach() for p in (*model.parameters(), *critic.parameters())]
+    (shared_stats, shared_weights), (full_stats, full_weights) = runs[True], runs[False]
+    for shared, full in zip(shared_stats, full_stats):
+        assert shared.keys() == full.keys()
+        for key in shared:
+            assert shared[key] == pytest.approx(full[key], rel=1e-4, abs=2e-3 if "clipfrac" in key else 1e-5), key
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(shared_weights, full_weights))
 
 
 def sequence_logprob(model, batch) -> torch.Tensor:

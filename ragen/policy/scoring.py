@@ -18,7 +18,7 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
-                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                   with_entropy: bool = False, prefix_len: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(x_t | x_<t) and, optionally, the entropy of pi(. | x_<t), for every token; differentiable.
 
         logprobs[b, t] = log_softmax(logits[b, t - 1])[x[b, t]],   entropy[b, t] = -sum_v p_v log p_v
@@ -26,19 +26,26 @@ def token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, attention_ma
     Args:
         input_ids: (B, T) token ids, left padded.
         attention_mask: (B, T) 1 on real tokens.
+        prefix_len: Lp > 0 runs the first Lp real tokens, which every row must share, once for all rows
+            (`token_logprobs_shared_prefix`; take it from `shareable_prefix`); 0 runs every row whole.
     Returns:
-        logprobs (B, T) and entropy (B, T) or None; position 0 is 0.
+        logprobs (B, T) and entropy (B, T) or None; position 0 is 0 (and the prefix, with `prefix_len`).
     """
+    if prefix_len:
+        return token_logprobs_shared_prefix(model, input_ids, attention_mask, prefix_len, with_entropy=with_entropy)
     out = model(input_ids=input_ids, attention_mask=attention_mask,
                 position_ids=position_ids_from_mask(attention_mask), use_cache=False)
     logits = out.logits[:, :-1].float()  # (B, T-1, V): predicts tokens 1..T-1
-    logp_all = F.log_softmax(logits, dim=-1)  # (B, T-1, V)
-    logprobs = logp_all.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
-    logprobs = F.pad(logprobs, (1, 0))  # (B, T)
-    entropy = None
-    if with_entropy:
-        entropy = -(logp_all.exp() * logp_all).sum(-1)  # (B, T-1)
-        entropy = F.pad(entropy, (1, 0))  # (B, T)
+    logprobs, entropy = _logprobs_of(logits, input_ids[:, 1:], with_entropy)  # (B, T-1) each
+    return F.pad(logprobs, (1, 0)), (F.pad(entropy, (1, 0)) if with_entropy else None)  # (B, T)
+
+
+def _logprobs_of(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(B, L, V) float logits and (B, L) next tokens -> (B, L) log-probs of those tokens and (B, L) entropies."""
+    logp_all = F.log_softmax(logits, dim=-1)  # (B, L, V)
+    logprobs = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
+    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None  # (B, L)
     return logprobs, entropy
 
 
@@ -55,7 +62,8 @@ def score_sequences(model: PreTrainedModel, input_ids: torch.Tensor, attention_m
     return torch.cat(logprobs), (torch.cat(entropies) if with_entropy else None)
 
 
-def token_values(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def token_values(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                 prefix_len: int = 0) -> torch.Tensor:
     """V(x_<t) for every token t: the value of the state in which token t is chosen, aligned like `token_logprobs`.
 
         values[b, t] = head(h[b, t - 1]),   values[b, 0] = 0
@@ -64,8 +72,12 @@ def token_values(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mas
     after x_t would absorb the action's own effect: with a perfect critic, A_t = G - V would carry no signal about
     choosing x_t.
 
+    `prefix_len` Lp > 0 runs the shared first Lp real tokens once (`token_values_shared_prefix`).
+
     Returns (B, T) float32, differentiable.
     """
+    if prefix_len:
+        return token_values_shared_prefix(critic, input_ids, attention_mask, prefix_len)
     out = critic(input_ids=input_ids, attention_mask=attention_mask,
                  position_ids=position_ids_from_mask(attention_mask))
     values = out.logits.squeeze(-1).float()  # (B, T): head(h_t), the state after reading token t
@@ -91,8 +103,52 @@ def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     return limit if bool(same.all()) else int((~same).nonzero()[0])
 
 
+MIN_SHARED_PREFIX = 16  # tokens; a shorter shared prefix is not worth a second model call
+
+
+def shareable_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor) -> int:
+    """The `prefix_len` worth passing to `token_logprobs` / `token_values` for these rows: `shared_prefix_length`
+    when there are several rows and it is at least MIN_SHARED_PREFIX tokens, else 0 (run every row whole)."""
+    if input_ids.shape[0] < 2:
+        return 0
+    length = shared_prefix_length(input_ids, attention_mask, loss_mask)
+    return length if length >= MIN_SHARED_PREFIX else 0
+
+
+def _split_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix_len: int
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """Left-padded rows -> the shared prefix (1, Lp), each row's own suffix right padded (B, Ls), the attention
+    mask over prefix and suffix (B, Lp + Ls), the suffix positions (B, Ls) and each row's suffix length."""
+    batch, width = input_ids.shape
+    lengths = [int(n) for n in attention_mask.sum(-1)]  # real tokens per row
+    own = [n - prefix_len for n in lengths]  # suffix tokens per row (>= 1)
+    prefix = input_ids[:1, width - lengths[0]: width - lengths[0] + prefix_len]  # (1, Lp)
+    suffix = torch.zeros((batch, max(own)), dtype=torch.long, device=input_ids.device)  # (B, Ls) right padded
+    suffix_mask = torch.zeros_like(suffix)
+    for b, n in enumerate(own):
+        suffix[b, :n] = input_ids[b, width - n:]
+        suffix_mask[b, :n] = 1
+    mask = torch.cat([torch.ones((batch, prefix_len), dtype=torch.long, device=input_ids.device), suffix_mask], -1)
+    positions = (prefix_len + torch.arange(suffix.shape[1], device=input_ids.device)).expand(batch, -1)  # (B, Ls)
+    return prefix, suffix, mask, positions, own
+
+
+def _broadcast_cache(past, batch: int) -> DynamicCache:
+    """The prefix's keys and values for every row (expanded, not copied: their gradients add up)."""
+    cache = DynamicCache()
+    for layer, kv in enumerate(past.layers):
+        cache.update(kv.keys.expand(batch, -1, -1, -1), kv.values.expand(batch, -1, -1, -1), layer)
+    return cache
+
+
+def _unsplit(per_suffix: torch.Tensor, own: list[int], width: int) -> torch.Tensor:
+    """(B, Ls) per-suffix-token values -> (B, T) at the rows' left-padded positions, 0 elsewhere."""
+    return torch.stack([F.pad(per_suffix[b, :n], (width - n, 0)) for b, n in enumerate(own)])
+
+
 def token_logprobs_shared_prefix(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                                 prefix_len: int) -> torch.Tensor:
+                                 prefix_len: int, *, with_entropy: bool = False
+                                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`token_logprobs` for rows that all begin with the same `prefix_len` real tokens, computed with the prefix
     run once: its keys and values are shared by every row (broadcast, so their gradients add up), and only each
     row's own suffix runs per row. Same values as the full pass; for a batch of B conversations behind one
@@ -102,29 +158,31 @@ def token_logprobs_shared_prefix(model: PreTrainedModel, input_ids: torch.Tensor
         input_ids: (B, T) left padded; attention_mask: (B, T).
         prefix_len: Lp, at most `shared_prefix_length(...)`.
     Returns:
-        (B, T) log pi(x_t | x_<t), differentiable; 0 on padding and on the prefix (t < Lp), whose tokens the
-        caller must not train on.
+        (B, T) log pi(x_t | x_<t), differentiable, and (B, T) entropies or None; 0 on padding and on the prefix
+        (t < Lp), whose tokens the caller must not train on.
     """
     batch, width = input_ids.shape
-    lengths = [int(n) for n in attention_mask.sum(-1)]  # real tokens per row
-    own = [n - prefix_len for n in lengths]  # suffix tokens per row (>= 1)
-    prefix = input_ids[:1, width - lengths[0]: width - lengths[0] + prefix_len]  # (1, Lp)
-    suffix_width = max(own)
-    suffix = torch.zeros((batch, suffix_width), dtype=torch.long, device=input_ids.device)  # (B, Ls) right padded
-    suffix_mask = torch.zeros_like(suffix)
-    for b, n in enumerate(own):
-        suffix[b, :n] = input_ids[b, width - n:]
-        suffix_mask[b, :n] = 1
+    prefix, suffix, mask, positions, own = _split_prefix(input_ids, attention_mask, prefix_len)
     head = model(input_ids=prefix, use_cache=True, logits_to_keep=1)  # only the last position predicts a suffix token
-    cache = DynamicCache()
-    for layer, kv in enumerate(head.past_key_values.layers):
-        cache.update(kv.keys.expand(batch, -1, -1, -1), kv.values.expand(batch, -1, -1, -1), layer)
-    mask = torch.cat([torch.ones((batch, prefix_len), dtype=torch.long, device=input_ids.device), suffix_mask], -1)
-    positions = (prefix_len + torch.arange(suffix_width, device=input_ids.device)).expand(batch, -1)  # (B, Ls)
-    tail = model(input_ids=suffix, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
+    tail = model(input_ids=suffix, attention_mask=mask, position_ids=positions,
+                 past_key_values=_broadcast_cache(head.past_key_values, batch), use_cache=True)
     # the suffix's first token is predicted by the prefix's last position, the others by the suffix itself
-    first = F.log_softmax(head.logits[:, -1].float(), dim=-1).expand(batch, -1)  # (B, V)
-    first = first.gather(-1, suffix[:, :1])  # (B, 1)
-    rest = F.log_softmax(tail.logits[:, :-1].float(), dim=-1).gather(-1, suffix[:, 1:].unsqueeze(-1)).squeeze(-1)
-    per_suffix = torch.cat([first, rest], dim=-1)  # (B, Ls)
-    return torch.stack([F.pad(per_suffix[b, :n], (width - n, 0)) for b, n in enumerate(own)])  # (B, T)
+    first = _logprobs_of(head.logits[:, -1:].float().expand(batch, -1, -1), suffix[:, :1], with_entropy)  # (B, 1)
+    rest = _logprobs_of(tail.logits[:, :-1].float(), suffix[:, 1:], with_entropy)  # (B, Ls - 1) each
+    logprobs = _unsplit(torch.cat([first[0], rest[0]], 1), own, width)  # (B, T)
+    return logprobs, (_unsplit(torch.cat([first[1], rest[1]], 1), own, width) if with_entropy else None)
+
+
+def token_values_shared_prefix(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                               prefix_len: int) -> torch.Tensor:
+    """`token_values` with the shared prefix run once, as in `token_logprobs_shared_prefix`: V(x_<t) for each
+    suffix token, the first one's from the prefix's last hidden state. (B, T) float32, differentiable; 0 on padding
+    and on the prefix."""
+    batch, width = input_ids.shape
+    prefix, suffix, mask, positions, own = _split_prefix(input_ids, attention_mask, prefix_len)
+    head = getattr(critic, critic.base_model_prefix)(input_ids=prefix, use_cache=True)  # the backbone: (1, Lp, H)
+    tail = critic(input_ids=suffix, attention_mask=mask, position_ids=positions,
+                  past_key_values=_broadcast_cache(head.past_key_values, batch), use_cache=True)
+    first = critic.score(head.last_hidden_state[:, -1:]).float().expand(batch, -1, -1)  # (B, 1, 1): head(h_{Lp-1})
+    values = torch.cat([first, tail.logits[:, :-1].float()], 1).squeeze(-1)  # (B, Ls): head(h_{t-1})
+    return _unsplit(values, own, width)

@@ -3,7 +3,9 @@
 import torch
 
 from ragen.policy.sampling import left_pad
-from ragen.policy.scoring import shared_prefix_length, token_logprobs, token_logprobs_shared_prefix
+from ragen.policy.model import build_critic
+from ragen.policy.scoring import (MIN_SHARED_PREFIX, shareable_prefix, shared_prefix_length, token_logprobs,
+                                  token_values)
 
 
 def test_shared_prefix_length_by_hand():
@@ -18,35 +20,68 @@ def test_shared_prefix_length_by_hand():
     assert shared_prefix_length(same, same_mask, torch.zeros_like(same, dtype=torch.bool)) == 2  # one own token left
 
 
-def test_shared_prefix_scoring_equals_the_full_pass_with_gradients(policy):
-    prefix = policy.tokenizer.encode("You are a helpful assistant. Turn 1:\nState:\n", add_special_tokens=False)
+def test_shareable_prefix_needs_several_rows_and_a_long_enough_prefix():
+    long = list(range(1, MIN_SHARED_PREFIX + 1))
+    ids, mask = left_pad([long + [40, 41], long + [50]], 0, torch.device("cpu"))
+    loss = torch.zeros_like(ids, dtype=torch.bool)
+    assert shareable_prefix(ids, mask, loss) == MIN_SHARED_PREFIX
+    assert shareable_prefix(ids[:1], mask[:1], loss[:1]) == 0  # one row: nothing to share
+    loss[:, -2:] = True  # row 0 trains from its 17th real token on, row 1 from its 16th: the prefix is cut to 15
+    assert shareable_prefix(ids, mask, loss) == 0
+
+
+def shared_rows(tokenizer):
+    """Three left-padded conversations behind one prompt; each trains on its last 4 tokens."""
+    prefix = tokenizer.encode("You are a helpful assistant. Turn 1:\nState:\n", add_special_tokens=False)
     tails = ["#_P#\nUp", "PG\nYou have 3 actions left. Always output:", "Target: 5"]
-    sequences = [prefix + policy.tokenizer.encode(t, add_special_tokens=False) for t in tails]
-    ids, mask = left_pad(sequences, policy.tokenizer.pad_token_id, torch.device("cpu"))
+    sequences = [prefix + tokenizer.encode(t, add_special_tokens=False) for t in tails]
+    ids, mask = left_pad(sequences, tokenizer.pad_token_id, torch.device("cpu"))
     loss_mask = torch.zeros_like(ids, dtype=torch.bool)
-    for row, seq in enumerate(sequences):  # train on each row's last 4 tokens
+    for row, seq in enumerate(sequences):
         loss_mask[row, -4:] = True
     lp = shared_prefix_length(ids, mask, loss_mask)
     assert lp >= len(prefix)
+    return sequences, ids, mask, loss_mask, lp
+
+
+def assert_same_as_full_pass(model, score, sequences, ids, loss_mask, lp):
+    """`score(prefix_len)` -> (B, T) tensors; with the prefix run once, their values on each row's own tokens and
+    the gradients of a weighted loss over the trained tokens equal the full pass; the prefix positions are 0."""
     weights = torch.randn(ids.shape)
 
     def loss_and_grads(scores):
-        policy.model.zero_grad(set_to_none=True)
-        loss = (scores * loss_mask * weights).sum()
-        loss.backward()
-        return scores.detach(), {n: p.grad.clone() for n, p in policy.model.named_parameters() if p.grad is not None}
+        model.zero_grad(set_to_none=True)
+        (sum(scores) * loss_mask * weights).sum().backward()
+        return [t.detach() for t in scores], {n: p.grad.clone() for n, p in model.named_parameters()
+                                                if p.grad is not None}
 
-    policy.model.train()
+    model.train()
     try:
-        full, full_grads = loss_and_grads(token_logprobs(policy.model, ids, mask)[0])
-        shared, shared_grads = loss_and_grads(token_logprobs_shared_prefix(policy.model, ids, mask, lp))
+        full, full_grads = loss_and_grads(score(0))
+        shared, shared_grads = loss_and_grads(score(lp))
     finally:
-        policy.model.zero_grad(set_to_none=True)
-        policy.model.eval()
-    for row, seq in enumerate(sequences):
-        own = slice(ids.shape[1] - len(seq) + lp, None)
-        assert torch.allclose(shared[row, own], full[row, own], atol=1e-5)
-        assert (shared[row, : ids.shape[1] - len(seq) + lp] == 0).all()
+        model.zero_grad(set_to_none=True)
+        model.eval()
+    for full_t, shared_t in zip(full, shared):
+        for row, seq in enumerate(sequences):
+            own = slice(ids.shape[1] - len(seq) + lp, None)
+            assert torch.allclose(shared_t[row, own], full_t[row, own], atol=1e-5)
+            assert (shared_t[row, : ids.shape[1] - len(seq) + lp] == 0).all()
     assert full_grads.keys() == shared_grads.keys()
     for name, grad in full_grads.items():
         assert torch.allclose(shared_grads[name], grad, atol=1e-5), name
+
+
+def test_shared_prefix_logprobs_and_entropy_equal_the_full_pass_with_gradients(policy):
+    sequences, ids, mask, loss_mask, lp = shared_rows(policy.tokenizer)
+    score = lambda prefix_len: token_logprobs(policy.model, ids, mask, with_entropy=True,  # noqa: E731
+                                              prefix_len=prefix_len)
+    assert_same_as_full_pass(policy.model, score, sequences, ids, loss_mask, lp)
+
+
+def test_shared_prefix_values_equal_the_full_pass_with_gradients(policy):
+    sequences, ids, mask, loss_mask, lp = shared_rows(policy.tokenizer)
+    critic = build_critic(policy.model)
+    torch.nn.init.normal_(critic.score.weight, std=0.1)  # a zero head would make every value 0
+    score = lambda prefix_len: (token_values(critic, ids, mask, prefix_len=prefix_len),)  # noqa: E731
+    assert_same_as_full_pass(critic, score, sequences, ids, loss_mask, lp)
