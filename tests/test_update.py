@@ -19,14 +19,28 @@ from ragen.update import UpdateSettings, update, uses_critic
 @pytest.fixture(scope="module")
 def setup():
     tokenizer = train_tokenizer(env_corpus(["bandit", "frozen_lake"], 6), 400)
-    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                             intermediate_size=64, max_positions=2048, seed=0)
-    policy = Policy(model.eval(), tokenizer)
+    policy = Policy(small_model(tokenizer), tokenizer)
     cfg = RolloutConfig(max_new_tokens=10, max_turns=2)
     specs = [EpisodeSpec("frozen_lake", 50 + g, g) for g in range(2) for _ in range(4)]
     trajectories = run_episodes(specs, policy_responder(policy, cfg, generator=torch.Generator().manual_seed(0)),
                                 policy.renderer(True), cfg, max_positions=2048)
     return policy, trajectories
+
+
+def small_model(tokenizer):
+    """A fresh one-layer policy, the same weights every call (seed 0)."""
+    return build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                            intermediate_size=64, max_positions=2048, seed=0).eval()
+
+
+def spread_batch(policy, trajectories, loss_mask="assistant"):
+    """The rollouts as a batch whose returns get a spread (-1 .. 1) so the advantages are not all zero."""
+    batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"),
+                        loss_mask=loss_mask)
+    spread = torch.linspace(-1, 1, len(trajectories))
+    rewards = batch.token_rewards.clone()
+    rewards[:, -1] += spread
+    return replace(batch, token_rewards=rewards, traj_returns=batch.traj_returns + spread)
 
 
 def settings(advantage="gae", **kw):
@@ -40,16 +54,9 @@ def settings(advantage="gae", **kw):
                                                  ("all", "bilevel_gae")])
 def test_two_ppo_steps_change_the_weights(setup, loss_mask, advantage):
     policy, trajectories = setup
-    model = build_tiny_model(policy.tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                             intermediate_size=64, max_positions=2048, seed=0).eval()
+    model = small_model(policy.tokenizer)
     critic = build_critic(model)
-    # give the returns some spread so the advantages are not all zero
-    batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"),
-                        loss_mask=loss_mask)
-    spread = torch.linspace(-1, 1, 8)
-    rewards = batch.token_rewards.clone()
-    rewards[:, -1] += spread
-    batch = replace(batch, token_rewards=rewards, traj_returns=batch.traj_returns + spread)
+    batch = spread_batch(policy, trajectories, loss_mask)
     before, critic_before = [p.detach().clone() for p in model.parameters()], critic.score.weight.detach().clone()
     actor_opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
@@ -65,8 +72,7 @@ def test_two_ppo_steps_change_the_weights(setup, loss_mask, advantage):
 
 def test_first_rescoring_matches_the_sampler(setup):
     policy, trajectories = setup
-    model = build_tiny_model(policy.tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                             intermediate_size=64, max_positions=2048, seed=0).eval()
+    model = small_model(policy.tokenizer)
     batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"))
     stats = update(model, None, torch.optim.SGD(model.parameters(), lr=0.0), None, batch, settings("grpo"))
     assert stats["actor/sampler_logprob_gap"] < 1e-4
@@ -85,8 +91,7 @@ def test_critic_advantages_without_a_critic_say_so(setup, advantage):
 
 def test_non_finite_gradient_skips_the_step(setup):
     policy, trajectories = setup
-    model = build_tiny_model(policy.tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                             intermediate_size=64, max_positions=2048, seed=0).eval()
+    model = small_model(policy.tokenizer)
     batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"))
     batch = replace(batch, traj_returns=batch.traj_returns + torch.tensor([float("inf")] + [0.0] * 7))
     before = [p.detach().clone() for p in model.parameters()]
@@ -101,17 +106,11 @@ def test_sharing_the_prompt_prefix_changes_no_metric_and_no_weight(setup, loss_m
     whole gives: the same metrics and the same weights, to float rounding (a clip fraction may differ by a token
     that sits on the clip boundary)."""
     policy, trajectories = setup
-    batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"),
-                        loss_mask=loss_mask)
-    spread = torch.linspace(-1, 1, 8)
-    rewards = batch.token_rewards.clone()
-    rewards[:, -1] += spread
-    batch = replace(batch, token_rewards=rewards, traj_returns=batch.traj_returns + spread)
+    batch = spread_batch(policy, trajectories, loss_mask)
     assert shareable_prefix(batch.input_ids, batch.attention_mask, batch.loss_mask) > 0  # there is a prefix to share
     runs = {}
     for share in (True, False):
-        model = build_tiny_model(policy.tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                                 intermediate_size=64, max_positions=2048, seed=0).eval()
+        model = small_model(policy.tokenizer)
         critic = build_critic(model)
         actor_opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
@@ -137,8 +136,7 @@ def test_an_update_favours_the_rollouts_that_scored_higher(setup, advantage):
     """The sign of the whole chain (returns -> advantages -> clipped loss -> optimizer step): after one update, the
     rollout with the higher return in each group of 4 is more likely and the lowest one less likely."""
     policy, trajectories = setup
-    model = build_tiny_model(policy.tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                             intermediate_size=64, max_positions=2048, seed=0).eval()
+    model = small_model(policy.tokenizer)
     critic = build_critic(model) if advantage != "grpo" else None  # value head starts at 0: A = R - 0
     batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"))
     returns = torch.tensor([1.0, 0.0, 0.0, -1.0] * 2)  # two groups of 4 (group ids 0 0 0 0 1 1 1 1)
