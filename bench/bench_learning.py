@@ -159,17 +159,20 @@ def train_pool_envs(envs: list[str], train_size: int, reuse: bool) -> str:
     return str(envs_dir)
 
 
+def played(cfg: Config, policy: Policy, env: str, seeds: list[int]) -> list[float]:
+    """Success (0/1) of one episode per seed at the eval temperature, in the seeds' order."""
+    _, trajectories = evaluate_policy(policy, env, seeds, cfg.rollout, temperature=cfg.eval.temperature,
+                                      seed=cfg.train.seed)
+    return [float(t.success) for t in trajectories]
+
+
 def pool_fit(cfg: Config, base_policy: Policy, envs_dir: str, policy_dir: Path, env: str
              ) -> tuple[float, float, float, int]:
     """Base and trained success at the eval temperature on the first eval.episodes instances of the train pool
     (training visits them at steps 1 to eval.episodes / P, and again every len(pool) / P steps), the paired gap over
     its standard error, and the episode count. A gain here without one on val is memorisation of the pool."""
     seeds = read_train_pool(envs_dir, env, cfg.train.max_optimal_moves)[: cfg.eval.episodes]
-    success = []
-    for policy in (base_policy, load_policy(str(policy_dir), device="cpu")):
-        _, trajectories = evaluate_policy(policy, env, seeds, cfg.rollout, temperature=cfg.eval.temperature,
-                                          seed=cfg.train.seed)
-        success.append([float(t.success) for t in trajectories])
+    success = [played(cfg, policy, env, seeds) for policy in (base_policy, load_policy(str(policy_dir), device="cpu"))]
     mean, se = paired_mean_se([t - b for b, t in zip(*success)])
     return sum(success[0]) / len(seeds), sum(success[1]) / len(seeds), mean / max(se, 1e-9), len(seeds)
 

@@ -29,11 +29,10 @@ import time
 from pathlib import Path
 
 import torch
-from bench_learning import paired_mean_se, stderr, train_pool_envs  # bench/ is on sys.path when this script runs
+from bench_learning import paired_mean_se, played, stderr, train_pool_envs  # bench/ is on sys.path when this script runs
 
 from flows.common import read_instances, read_seeds, read_train_pool
 from ragen.config import load_config
-from ragen.evaluation import evaluate_policy
 from ragen.policy import Policy, load_policy
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import policy_responder, run_episodes
@@ -68,12 +67,6 @@ def successes(trajectories: list[Trajectory], shortest: bool) -> list[Trajectory
         if t.seed not in best or t.num_actions < best[t.seed].num_actions:
             best[t.seed] = t
     return list(best.values())
-
-
-def played(cfg, policy: Policy, env: str, seeds: list[int]) -> list[float]:
-    _, trajectories = evaluate_policy(policy, env, seeds, cfg.rollout, temperature=cfg.eval.temperature,
-                                      seed=cfg.train.seed)
-    return [float(t.success) for t in trajectories]
 
 
 def main() -> None:
