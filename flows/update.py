@@ -97,7 +97,7 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
             eta = elapsed / (step + 1 - start_step) * (cfg.train.steps - step - 1)
             val = metrics.get(f"val/{cfg.train.env}/success")
             print(f"update | step {step + 1}/{cfg.train.steps} | rollout/success {metrics['rollout/success_rate']:.3f}"
-                  f" | filter/kept {metrics['filter/kept_frac']:.2f} | actor/entropy {metrics['actor/entropy']:.3f}"
+                  f" | filter/kept {metrics['filter/kept_frac']:.2f} | actor/entropy {metrics.get('actor/entropy', float('nan')):.3f}"
                   + (f" | val/success {val:.3f}" if val is not None else "") + f" | eta {eta:.0f}s")
             if (step + 1) % cfg.train.checkpoint_every == 0 and step + 1 < cfg.train.steps:
                 save_checkpoint(ckpt, models=models, optimizers=optimizers,

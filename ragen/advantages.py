@@ -152,6 +152,23 @@ def compute_grpo_advantages(traj_returns: torch.Tensor, group_ids: torch.Tensor,
     return advantages, advantages
 
 
+def compute_rft_advantages(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rejection-sampling fine-tuning as a policy gradient (RAFT, ReST-EM; not part of RAGEN): A_t = 1 on every
+    trained token of every kept trajectory.
+
+    With `filter.within: best_success` the kept trajectories are each group's best success, so at ratio 1 the PPO
+    loss's gradient is the log-likelihood gradient of those episodes (supervised learning on the policy's own best
+    rollouts) and the clip (1 + eps_high) bounds how far one step moves a token.
+
+    Args:
+        loss_mask: (B, T) bool.
+    Returns:
+        advantages (B, T) = loss_mask as floats, returns (B, T) = advantages (no critic).
+    """
+    advantages = loss_mask.float()  # (B, T)
+    return advantages, advantages
+
+
 def normalize_returns(traj_returns: torch.Tensor, group_ids: torch.Tensor, *, method: str,
                       eps: float = 1e-6) -> torch.Tensor:
     """RAGEN's score normalisation within each group (state grouping): identity | mean | mean_std | asym_clip.

@@ -98,6 +98,9 @@ class FilterConfig:
 
     keep_ratio: float = 0.25  # keep the top int(keep_ratio * groups) groups by in-group return std; 1 = no filter
     mode: str = "std"  # std (most uncertain) | std_rev (least) | nonzero (DAPO: drop zero-variance groups)
+    # of a kept group: all (RAGEN) | best_success (its best successful rollout only; none without a success: the
+    # filter of rejection-sampling fine-tuning, preset rft)
+    within: str = "all"
 
 
 @dataclass
@@ -114,7 +117,8 @@ class AlgoConfig:
     """Section `algo`: StarPO's estimator and loss. Presets: see README (starpo_s, starpo_ppo, starpo_grpo)."""
 
     advantage: str = "gae"  # gae (PPO with the critic; whitened) | bilevel_gae (turn-level, then token-level GAE)
-    #                         | grpo (group-normalised return, no critic)
+    #                         | grpo (group-normalised return, no critic) | rft (1 on every kept token, no critic;
+    #                         with filter.within best_success: rejection-sampling fine-tuning, preset rft)
     gamma: float = 1.0  # GAE discount (between tokens)
     lam: float = 1.0  # GAE lambda (both levels)
     turn_gamma: float = 0.95  # bilevel_gae: discount between turns (RAGEN high_level_gamma)
@@ -265,7 +269,8 @@ def validate(config: Config) -> None:
     a = config.algo
     choices = {"model.source": (config.model.source, ("tiny", "hf")), "base.mode": (config.base.mode, ("warm", "sft")),
                "filter.mode": (config.filter.mode, ("std", "std_rev", "nonzero")),
-               "algo.advantage": (a.advantage, ("gae", "bilevel_gae", "grpo")),
+               "filter.within": (config.filter.within, ("all", "best_success")),
+               "algo.advantage": (a.advantage, ("gae", "bilevel_gae", "grpo", "rft")),
                "algo.reward_norm": (a.reward_norm, ("identity", "mean", "mean_std", "asym_clip")),
                "algo.kl": (a.kl, ("none", "reward_k1", "loss_k1", "loss_k3")),
                "algo.aggregation": (a.aggregation, ("token-mean", "seq-mean-token-mean")),

@@ -65,3 +65,29 @@ def filter_groups_by_reward_std(traj_returns: torch.Tensor, group_ids: torch.Ten
         frac_zero_std=float((stds == 0).float().mean()),
     )
     return keep, stats
+
+
+def best_success_per_group(traj_returns: torch.Tensor, group_ids: torch.Tensor, success: torch.Tensor,
+                           num_actions: torch.Tensor) -> torch.Tensor:
+    """Keep, in each group, only its best successful trajectory: the filter of rejection-sampling fine-tuning
+    (RAFT, ReST-EM, expert iteration), not part of RAGEN.
+
+        keep_i = success_i and i = argmax_{j in g(i), success_j} (R_j, -actions_j, -j)
+    i.e. the highest return, then the fewest actions, then the first; a group without a success keeps nothing.
+    Under an outcome reward every success of a group earns about the same advantage; the best one alone carries
+    which action fits the instance (bench/bench_self_imitation.py).
+
+    Args:
+        traj_returns: (B,) returns. group_ids: (B,). success: (B,) bool. num_actions: (B,) actions executed.
+    Returns:
+        keep (B,) bool, at most one True per group.
+    """
+    keep = torch.zeros(success.shape, dtype=torch.bool)  # (B,)
+    rank = list(zip(traj_returns.tolist(), (-num_actions).tolist()))  # larger is better; ties: the first wins
+    best: dict[int, int] = {}
+    for i in torch.nonzero(success).flatten().tolist():
+        group = int(group_ids[i])
+        if group not in best or rank[i] > rank[best[group]]:
+            best[group] = i
+    keep[list(best.values())] = True
+    return keep

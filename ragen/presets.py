@@ -4,6 +4,9 @@
 - starpo_ppo: vanilla StarPO with PPO: no filtering, symmetric clip 0.2, KL in the reward (k1, 0.001).
 - starpo_grpo: vanilla StarPO with GRPO: group-normalised returns, no critic, no filtering, clip 0.2,
   KL as a loss (k1, 0.001).
+- rft (not RAGEN's; a baseline beside it): rejection-sampling fine-tuning online, as in RAFT / ReST-EM / expert
+  iteration: keep only each group's best successful rollout (highest return, then fewest actions) and train on it
+  with advantage 1 through the same clipped loss; no critic, no KL.
 Use one with `preset=NAME` wherever overrides are accepted (`python -m flows.update preset=starpo_grpo`), or
 pass its keys to `dvc exp run -S`. Later overrides win, so every knob can still be set on its own.
 """
@@ -15,6 +18,8 @@ PRESETS: dict[str, list[str]] = {
                    "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.2", "algo.kl=reward_k1", "algo.kl_coef=0.001"],
     "starpo_grpo": ["algo.advantage=grpo", "algo.reward_norm=mean_std", "filter.keep_ratio=1.0",
                     "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.2", "algo.kl=loss_k1", "algo.kl_coef=0.001"],
+    "rft": ["algo.advantage=rft", "filter.within=best_success", "filter.keep_ratio=1.0", "filter.mode=std",
+            "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.28", "algo.kl=none", "algo.kl_coef=0.0"],
 }
 
 

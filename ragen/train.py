@@ -4,7 +4,8 @@ Each step:
   1. roll out P groups x N rollouts of the train env; group g of step k starts from train-pool seed
      pool[(k * P + g) % len(pool)], shared by its N rollouts (common random numbers);
   2. returns = env rewards + format penalties, normalised within groups (algo.reward_norm);
-  3. keep whole groups by in-group return std (filter.keep_ratio; 1 keeps all: vanilla StarPO);
+  3. keep whole groups by in-group return std (filter.keep_ratio; 1 keeps all: vanilla StarPO), or of each
+     only its best success (filter.within best_success);
   4. batch the kept trajectories; KL in the reward if algo.kl = reward_k1;
   5. critic and actor updates (ragen.update).
 Sampling at step k uses a generator seeded by (train.seed, k), so a run resumed from a checkpoint at step k
@@ -23,7 +24,7 @@ from transformers import PreTrainedModel
 from ragen.advantages import normalize_returns
 from ragen.batching import RolloutBatch, build_batch
 from ragen.config import Config
-from ragen.filters import filter_groups_by_reward_std, group_stds
+from ragen.filters import best_success_per_group, filter_groups_by_reward_std, group_stds
 from ragen.policy import Policy
 from ragen.policy.scoring import score_sequences
 from ragen.records import EpisodeSpec, Trajectory
@@ -76,8 +77,13 @@ def select(cfg: Config, trajectories: Sequence[Trajectory], *, already_filtered:
     keep_ratio = 1.0 if already_filtered else cfg.filter.keep_ratio
     mode = "std" if already_filtered else cfg.filter.mode
     keep, stats = filter_groups_by_reward_std(scores, group_ids, keep_ratio, mode)
+    metrics = {f"filter/{k}": v for k, v in stats.as_metrics().items()}
+    if cfg.filter.within == "best_success":  # of each kept group only its best success (idempotent on step 1)
+        keep &= best_success_per_group(returns, group_ids, torch.tensor([t.success for t in trajectories]),
+                                       torch.tensor([t.num_actions for t in trajectories]))
+        metrics["filter/kept_frac"] = float(keep.float().mean())
     kept = [t for t, k in zip(trajectories, keep.tolist()) if k]
-    return kept, scores[keep], {f"filter/{k}": v for k, v in stats.as_metrics().items()}
+    return kept, scores[keep], metrics
 
 
 def return_batch(cfg: Config, policy: Policy, kept: Sequence[Trajectory], scores: torch.Tensor) -> RolloutBatch:
@@ -114,15 +120,18 @@ def train_step(cfg: Config, learner: Learner, pool: Sequence[int], step: int,
     trajectories = list(first_batch) if first_batch is not None else collect(cfg, learner.policy, pool, step)
     rollout_s = time.perf_counter() - start
     kept, scores, metrics = select(cfg, trajectories, already_filtered=first_batch is not None)
-    start = time.perf_counter()
-    batch, ref_logprobs = make_batch(cfg, learner, kept, scores)
-    score_s = time.perf_counter() - start
-    start = time.perf_counter()
-    stats = update(learner.policy.model, learner.critic, learner.actor_opt, learner.critic_opt, batch,
-                   update_settings(cfg), ref_logprobs=ref_logprobs)
-    update_s = time.perf_counter() - start
+    score_s = update_s = 0.0
+    stats, trained_tokens = {"actor/skipped_steps": 1.0}, 0  # nothing kept (best_success, no success): no update
+    if kept:
+        start = time.perf_counter()
+        batch, ref_logprobs = make_batch(cfg, learner, kept, scores)
+        score_s = time.perf_counter() - start
+        start = time.perf_counter()
+        stats = update(learner.policy.model, learner.critic, learner.actor_opt, learner.critic_opt, batch,
+                       update_settings(cfg), ref_logprobs=ref_logprobs)
+        update_s = time.perf_counter() - start
+        trained_tokens = int(batch.attention_mask.sum())
     sampled_tokens = sum(len(turn.response_ids) for t in trajectories for turn in t.turns)
-    trained_tokens = int(batch.attention_mask.sum())
     metrics |= {f"rollout/{k}": v for k, v in summarize(trajectories).items()}
     # the Echo Trap signal is the std of the raw returns (the filter sees normalised scores, as RAGEN's does:
     # under mean_std every non-degenerate group has std 1)

@@ -1,6 +1,7 @@
 """One StarPO optimisation step over a batch of (filtered) trajectories: critic, then actor (RAGEN section 1.7).
 
-    advantages: GAE with the critic (PPO; whitened over masked tokens) or group-normalised returns (GRPO)
+    advantages: GAE with the critic (PPO; whitened over masked tokens), group-normalised returns (GRPO), or 1 on
+                every kept token (rft, with each group's best success kept: rejection-sampling fine-tuning)
     actor loss: ppo_clip_loss(decoupled eps_low / eps_high) - entropy_coef * H  [+ kl_coef * KL(pi || pi_ref)]
     critic loss: value_loss with value clip
 Mini-batches of `mini_batch_size` trajectories, one optimizer step each (RAGEN: 32 trajectories, 1 epoch);
@@ -18,7 +19,8 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel
 
-from ragen.advantages import compute_bilevel_gae, compute_gae, compute_grpo_advantages, masked_mean, whiten
+from ragen.advantages import (compute_bilevel_gae, compute_gae, compute_grpo_advantages, compute_rft_advantages,
+                              masked_mean, whiten)
 from ragen.batching import RolloutBatch
 from ragen.losses import explained_variance, kl_penalty, ppo_clip_loss, value_loss
 from ragen.policy.scoring import shareable_prefix, token_logprobs, token_values
@@ -26,7 +28,7 @@ from ragen.policy.scoring import shareable_prefix, token_logprobs, token_values
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    advantage: str  # gae | bilevel_gae | grpo
+    advantage: str  # gae | bilevel_gae | grpo | rft
     gamma: float
     lam: float
     turn_gamma: float  # bilevel_gae: discount between turns
@@ -59,15 +61,19 @@ def _grpo(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSettings) -
     return compute_grpo_advantages(batch.traj_returns, batch.group_ids, batch.loss_mask)
 
 
-ADVANTAGE_FNS: dict[str, Callable] = {"gae": _gae, "bilevel_gae": _bilevel_gae, "grpo": _grpo}
+def _rft(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    return compute_rft_advantages(batch.loss_mask)
+
+
+ADVANTAGE_FNS: dict[str, Callable] = {"gae": _gae, "bilevel_gae": _bilevel_gae, "grpo": _grpo, "rft": _rft}
 
 
 def uses_critic(advantage: str) -> bool:
     """Whether the advantage estimator reads critic values (gae, bilevel_gae), so stages critic_fit and update need
-    a critic; grpo does not."""
+    a critic; grpo and rft do not."""
     if advantage not in ADVANTAGE_FNS:
         raise ValueError(f"unknown algo.advantage {advantage!r}; use one of {', '.join(ADVANTAGE_FNS)}")
-    return advantage != "grpo"
+    return advantage not in ("grpo", "rft")
 
 
 def _step(optimizer: torch.optim.Optimizer, params, loss: torch.Tensor, grad_clip: float) -> tuple[float, bool]:

@@ -5,8 +5,8 @@ import random
 import pytest
 import torch
 
-from ragen.advantages import (compute_bilevel_gae, compute_gae, compute_grpo_advantages, masked_mean, normalize_returns,
-                              place_rewards, value_targets, whiten)
+from ragen.advantages import (compute_bilevel_gae, compute_gae, compute_grpo_advantages, compute_rft_advantages,
+                              masked_mean, normalize_returns, place_rewards, value_targets, whiten)
 
 
 def test_gae_with_gamma_lambda_one_is_return_minus_value():
@@ -64,6 +64,12 @@ def test_grpo_by_hand():
     adv, ret = compute_grpo_advantages(returns, groups, mask)
     expected = torch.tensor([[-1.0, -1.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
     assert torch.allclose(adv, expected, atol=1e-5) and torch.equal(adv, ret)
+
+
+def test_rft_is_one_on_every_trained_token():
+    mask = torch.tensor([[False, True, True], [True, False, True]])
+    adv, ret = compute_rft_advantages(mask)
+    assert adv.tolist() == [[0.0, 1.0, 1.0], [1.0, 0.0, 1.0]] and torch.equal(adv, ret)
 
 
 def test_normalize_returns_methods():

@@ -33,6 +33,7 @@ def write(tmp_path, text):
         ("envs:\n  val_seed: 10100\n", "overlap"),
         ("envs: [1, 2\n", "not valid YAML"),
         ("model:\n  attn: flash\n", "model.attn: 'flash' is not one of auto, sdpa, eager"),
+        ("filter:\n  within: best\n", "filter.within: 'best' is not one of all, best_success"),
         ("envs:\n  tags: [bandit]\nbase:\n  envs: [sokoban]\n", "base.envs: ['sokoban'] not in envs.tags"),
         ("base:\n  envs: [sokoban, sokoban]\n", "base.envs: duplicate tags in ['sokoban', 'sokoban']; name each"),
     ],
@@ -67,5 +68,7 @@ def test_presets_expand_and_later_overrides_win():
     assert load_config(ROOT / "params.yaml", ["preset=starpo_ppo", "filter.keep_ratio=0.5"]).filter.keep_ratio == 0.5
     s = load_config(ROOT / "params.yaml", ["preset=starpo_s"])
     assert (s.algo.advantage, s.filter.keep_ratio, s.algo.clip_eps_high, s.algo.kl) == ("gae", 0.25, 0.28, "none")
+    r = load_config(ROOT / "params.yaml", ["preset=rft"])
+    assert (r.algo.advantage, r.filter.within, r.filter.keep_ratio, r.algo.kl) == ("rft", "best_success", 1.0, "none")
     with pytest.raises(ConfigError, match="unknown preset 'starpo_x'"):
         load_config(ROOT / "params.yaml", ["preset=starpo_x"])

@@ -1,9 +1,10 @@
-"""Uncertainty filtering: whole groups, unbiased std, ties, reverse mode and DAPO's zero-variance removal."""
+"""Uncertainty filtering: whole groups, unbiased std, ties, reverse mode and DAPO's zero-variance removal; the best
+success of each group (rft)."""
 
 import pytest
 import torch
 
-from ragen.filters import filter_groups_by_reward_std
+from ragen.filters import best_success_per_group, filter_groups_by_reward_std
 
 
 def batch(groups_returns):
@@ -47,3 +48,16 @@ def test_unknown_mode_is_an_error():
     returns, ids = batch([[0, 1]])
     with pytest.raises(ValueError, match="unknown filter mode"):
         filter_groups_by_reward_std(returns, ids, 0.5, mode="max_mean")
+
+
+def test_best_success_keeps_one_per_group_by_return_then_fewest_actions():
+    # group 0: two successes of equal return, the one with fewer actions wins over the earlier one;
+    # group 1: a failure with the highest return is never kept, the better of two successes is;
+    # group 2: no success, nothing kept; group 3: two identical successes, the first is kept
+    returns = torch.tensor([9.7, 9.7, -1.0, 0.0,   -0.1, 9.5, 9.8, 9.6,   -0.3, -0.5, 0.0, -1.0,   9.9, 9.9])
+    ids = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3])
+    success = torch.tensor([1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 1], dtype=torch.bool)
+    actions = torch.tensor([3, 2, 10, 0, 1, 5, 2, 4, 3, 5, 0, 10, 1, 1])
+    keep = best_success_per_group(returns, ids, success, actions)
+    assert torch.nonzero(keep).flatten().tolist() == [1, 6, 12]
+    assert not best_success_per_group(returns, ids, torch.zeros(14, dtype=torch.bool), actions).any()

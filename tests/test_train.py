@@ -1,6 +1,7 @@
 """The online loop's pieces: group seeding, selection, and determinism of a whole step."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -55,6 +56,30 @@ def test_select_keeps_whole_groups(tokenizer):
     kept, scores, metrics = select(cfg, trajectories)
     assert len(kept) == 4 and len({t.group_id for t in kept}) == 1 and len(scores) == 4
     assert metrics["filter/kept_frac"] == pytest.approx(1 / 3)
+
+
+def test_select_best_success_keeps_each_groups_best_success(tokenizer):
+    cfg = load_config(None, CFG + ["preset=rft"])
+    played = collect(cfg, fresh_learner(tokenizer).policy, list(range(100, 110)), 0)  # the random model never wins
+    # outcomes by hand (group 0: two wins, the 2-action one is best; group 1: none; group 2: one win)
+    outcomes = [(1, 3), (0, 1), (1, 2), (0, 4), (0, 1), (0, 2), (0, 3), (0, 5), (0, 2), (0, 1), (1, 4), (0, 3)]
+    trajectories = [replace(t, success=bool(won), env_return=float(won), num_actions=actions)
+                    for t, (won, actions) in zip(played, outcomes)]
+    kept, _, metrics = select(cfg, trajectories)
+    assert kept == [trajectories[2], trajectories[10]]
+    assert metrics["filter/kept_frac"] == pytest.approx(2 / 12)
+    assert select(cfg, kept, already_filtered=True)[0] == kept  # step 1 reads the stage filter's output: unchanged
+
+
+def test_a_step_without_a_success_skips_the_update(tokenizer):
+    cfg = load_config(None, CFG + ["preset=rft", "train.groups=1", "train.group_size=2"])
+    learner = fresh_learner(tokenizer)
+    pool = [100]
+    assert not any(t.success for t in collect(cfg, learner.policy, pool, 0))  # the same rollouts train_step plays
+    before = [p.detach().clone() for p in learner.policy.model.parameters()]
+    metrics = train_step(cfg, learner, pool, 0)
+    assert metrics["actor/skipped_steps"] == 1 and metrics["filter/kept_frac"] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, learner.policy.model.parameters()))
 
 
 def test_same_seed_same_metrics_and_weights(tokenizer):

@@ -70,6 +70,22 @@ def test_two_ppo_steps_change_the_weights(setup, loss_mask, advantage):
             "actor/grad_norm", "critic/value_loss", "critic/explained_var"} <= set(stats)
 
 
+def test_rft_update_makes_the_kept_episodes_more_likely(setup):
+    policy, trajectories = setup
+    model = small_model(policy.tokenizer)
+    batch = build_batch(trajectories[:4], pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"))
+    assert not uses_critic("rft")
+
+    def loglik():
+        with torch.no_grad():
+            return (token_logprobs(model, batch.input_ids, batch.attention_mask)[0] * batch.loss_mask).sum(dim=1)
+
+    before = loglik()  # (4,)
+    stats = update(model, None, torch.optim.AdamW(model.parameters(), lr=1e-3), None, batch, settings("rft"))
+    assert stats["actor/advantage_mean"] == 1.0 and stats["actor/skipped_steps"] == 0
+    assert (loglik() > before).all()
+
+
 def test_first_rescoring_matches_the_sampler(setup):
     policy, trajectories = setup
     model = small_model(policy.tokenizer)

@@ -2,6 +2,7 @@
 
 import csv
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from flows.rollout import rollout
 from flows.update import update_policy
 from ragen.policy import load_policy
 from ragen.policy.model import read_meta
-from ragen.trajectory_io import read_trajectories
+from ragen.trajectory_io import read_trajectories, write_trajectories
 
 SMALL = ["envs.tags=[bandit,bandit_test]", "envs.train_size=16", "envs.val_size=6", "envs.test_size=4",
          "model.vocab_size=320", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
@@ -104,3 +105,34 @@ def test_bilevel_gae_warms_a_critic_and_trains_through_the_stages(prepared):
                metrics_path=str(project / "critic_fit_grpo.json"))
     with pytest.raises(FileNotFoundError, match="run stage critic_fit with the same algo.advantage"):
         update_policy(params=params, overrides=bilevel, **(out | {"critic_dir": str(project / "no_critic")}))
+
+
+@pytest.mark.slow
+def test_rft_keeps_each_groups_best_success_and_trains_without_a_critic(prepared):
+    project, params = prepared
+    rft = [*SMALL, "preset=rft"]
+    out = {"policy_dir": str(project / "policy_rft"), "critic_out": str(project / "critic_rft_out"),
+           "metrics_path": str(project / "train_rft.json"), "steps_csv": str(project / "steps_rft.csv"),
+           "checkpoint_dir": str(project / "ckpt_rft"), "rollouts": str(project / "filtered_rft.parquet")}
+    # the 6-step base hardly ever wins: outcomes by hand on its rollouts (4 groups of 4, in order); group 0's best
+    # is the win with fewer actions (index 1), group 2's the win with more reward (index 11); groups 1, 3 have none
+    played = read_trajectories(project / "data/rollouts/base.parquet")
+    wins = {0: (1.0, 2), 1: (1.0, 1), 10: (0.5, 1), 11: (1.0, 3)}  # index: (reward, actions)
+    won = [replace(t, success=True, env_return=wins[i][0], penalty=0.0, num_actions=wins[i][1]) if i in wins
+           else replace(t, success=False) for i, t in enumerate(played)]
+    write_trajectories(project / "won.parquet", won)
+    filter_rollouts(params=params, overrides=rft, rollouts=str(project / "won.parquet"), out=out["rollouts"],
+                    metrics_path=str(project / "filter_rft.json"))
+    assert read_trajectories(out["rollouts"]) == [won[1], won[11]]
+    result = update_policy(params=params, overrides=rft, **out)
+    assert "val/bandit/success" in result and read_meta(out["critic_out"]) == {"critic": "none"}
+    before = load_policy(project / "models/base", device="cpu").model.state_dict()
+    after = load_policy(out["policy_dir"], device="cpu").model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    # base rollouts without a success leave update's first step nothing: the filter says so and writes nothing
+    lost = project / "lost.parquet"
+    write_trajectories(lost, [replace(t, success=False) for t in won])
+    with pytest.raises(ValueError, match="none of the 16 base rollouts .* succeeded"):
+        filter_rollouts(params=params, overrides=rft, rollouts=str(lost), out=str(project / "nothing.parquet"),
+                        metrics_path=str(project / "filter_nothing.json"))
+    assert not (project / "nothing.parquet").exists()
