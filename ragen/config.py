@@ -148,6 +148,7 @@ class TrainConfig:
     weight_decay: float = 0.01  # AdamW weight decay, actor and critic
     grad_clip: float = 1.0  # gradient-norm clip
     mini_batch_size: int = 32  # trajectories per optimizer step (RAGEN ppo_mini_batch_size)
+    ppo_epochs: int = 1  # passes over each step's batch, critic and actor (RAGEN ppo_epochs)
     eval_every: int = 10  # steps between val evaluations (and before training)
     eval_episodes: int = 64  # val instances per evaluation
     checkpoint_every: int = 5  # steps between resumable checkpoints
@@ -291,6 +292,8 @@ def validate(config: Config) -> None:
         raise ConfigError(f"filter.keep_ratio must be in (0, 1], got {config.filter.keep_ratio}")
     if config.train.groups * config.train.group_size < 2 or config.train.group_size < 1:
         raise ConfigError("train: need groups * group_size >= 2 trajectories per step")
+    if config.train.ppo_epochs < 1:
+        raise ConfigError(f"train.ppo_epochs must be >= 1, got {config.train.ppo_epochs}")
     if config.train.max_optimal_moves < 0:
         raise ConfigError(f"train.max_optimal_moves must be >= 0 (0: no limit), got {config.train.max_optimal_moves}")
     if not 0.0 < config.rollout.top_p <= 1.0 or config.rollout.temperature < 0 or config.rollout.top_k < 0:

@@ -4,7 +4,8 @@
                 every kept token (rft, with each group's best success kept: rejection-sampling fine-tuning)
     actor loss: ppo_clip_loss(decoupled eps_low / eps_high) - entropy_coef * H  [+ kl_coef * KL(pi || pi_ref)]
     critic loss: value_loss with value clip
-Mini-batches of `mini_batch_size` trajectories, one optimizer step each (RAGEN: 32 trajectories, 1 epoch);
+Mini-batches of `mini_batch_size` trajectories, one optimizer step each, `epochs` passes over the batch in the same
+order (RAGEN: 32 trajectories, ppo_epochs 1, no shuffle);
 gradients clipped to `grad_clip`; a non-finite gradient norm skips the optimizer step and is counted.
 Old log-probs are re-scored by the policy before its first step, as in RAGEN, but on the very token ids that were
 sampled (RAGEN re-tokenises text); `actor/sampler_logprob_gap` reports the largest difference from the sampler's
@@ -42,6 +43,7 @@ class UpdateSettings:
     aggregation: str
     mini_batch_size: int
     grad_clip: float
+    epochs: int = 1  # passes over the batch (RAGEN / verl ppo_epochs)
     share_prefix: bool = True  # run the rows' common prompt prefix once (same values); False: every row whole
 
 
@@ -115,7 +117,7 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
 
     size = batch.input_ids.shape[0]
     policy.train()
-    for start in range(0, size, s.mini_batch_size):
+    for start in [start for _ in range(s.epochs) for start in range(0, size, s.mini_batch_size)]:
         rows = slice(start, start + s.mini_batch_size)
         ids, att, m = batch.input_ids[rows], batch.attention_mask[rows], mask[rows]
         mini_prefix = prefix_of(ids, att, m)

@@ -86,6 +86,20 @@ def test_rft_update_makes_the_kept_episodes_more_likely(setup):
     assert (loglik() > before).all()
 
 
+def test_a_second_epoch_steps_again_from_the_same_old_logprobs(setup):
+    policy, trajectories = setup
+    batch = spread_batch(policy, trajectories)
+    runs = {}
+    for epochs in (1, 2):
+        model = small_model(policy.tokenizer)
+        stats = update(model, None, torch.optim.AdamW(model.parameters(), lr=1e-2), None, batch,
+                       settings("grpo", mini_batch_size=8, epochs=epochs))
+        runs[epochs] = stats, [p.detach().clone() for p in model.parameters()]
+    # one mini-batch: the only step of epoch 1 sees ratio 1; epoch 2 sees the moved policy against the same old
+    assert abs(runs[1][0]["actor/approx_kl"]) < 1e-6 < abs(runs[2][0]["actor/approx_kl"])
+    assert any(not torch.equal(a, b) for a, b in zip(runs[1][1], runs[2][1]))
+
+
 def test_first_rescoring_matches_the_sampler(setup):
     policy, trajectories = setup
     model = small_model(policy.tokenizer)
