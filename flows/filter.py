@@ -22,11 +22,12 @@ def filter_rollouts(params: str = "params.yaml", overrides: list[str] | None = N
     trajectories = read_trajectories(rollouts)
     with MlflowTracker.for_stage(cfg, "filter") as tracker:
         kept, _, metrics = select(cfg, trajectories)
-        if not kept:  # only filter.within best_success can keep nothing
-            raise ValueError(f"filter: none of the {len(trajectories)} base rollouts in {rollouts} succeeded, so "
-                             "filter.within best_success keeps nothing for update's first step; roll out more "
-                             "(train.groups, train.group_size) or easier instances (train.max_optimal_moves), or "
-                             "use filter.within=all")
+        if not kept:  # filter.within best_success without a success, or filter.mode nonzero without a spread
+            raise ValueError(f"filter: kept none of the {len(trajectories)} base rollouts in {rollouts} "
+                             f"({sum(t.success for t in trajectories)} succeeded; filter.within best_success keeps "
+                             "successes only, filter.mode nonzero only groups whose scores differ), so update's "
+                             "first step has nothing to train on; roll out more (train.groups, train.group_size) or "
+                             "easier instances (train.max_optimal_moves), or use filter.within=all, filter.mode=std")
         write_trajectories(out, kept)
         tracker.log_metrics(metrics)
         write_json(metrics_path, metrics)

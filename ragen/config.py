@@ -132,6 +132,9 @@ class AlgoConfig:
     aggregation: str = "token-mean"  # token-mean | seq-mean-token-mean
     loss_mask: str = "assistant"  # assistant (sampled tokens) | all (every post-system token, as the paper's runs)
     reward_placement: str = "last"  # last (return on the last token) | turn (each turn's reward at its end)
+    # what a trajectory scores before reward_norm: return (env rewards + format penalties, RAGEN) | best_success (1 for
+    # its group's best success, the highest return then the fewest actions; 0 for the rest; not RAGEN's)
+    outcome: str = "return"
 
 
 @dataclass
@@ -277,6 +280,7 @@ def validate(config: Config) -> None:
                "algo.aggregation": (a.aggregation, ("token-mean", "seq-mean-token-mean")),
                "algo.loss_mask": (a.loss_mask, ("assistant", "all")),
                "algo.reward_placement": (a.reward_placement, ("last", "turn")),
+               "algo.outcome": (a.outcome, ("return", "best_success")),
                "train.env": (config.train.env, tuple(ENVS)),
                "model.device": (config.model.device, ("auto", "cpu", "cuda")),
                "model.dtype": (config.model.dtype, ("auto", "float32", "bfloat16", "float16")),
@@ -292,6 +296,9 @@ def validate(config: Config) -> None:
         raise ConfigError(f"filter.keep_ratio must be in (0, 1], got {config.filter.keep_ratio}")
     if config.train.groups * config.train.group_size < 2 or config.train.group_size < 1:
         raise ConfigError("train: need groups * group_size >= 2 trajectories per step")
+    if a.outcome != "return" and a.reward_placement != "last":
+        raise ConfigError(f"algo.outcome {a.outcome} scores whole trajectories, so it needs algo.reward_placement=last "
+                          f"(per-turn rewards are the env's own)")
     if config.train.ppo_epochs < 1:
         raise ConfigError(f"train.ppo_epochs must be >= 1, got {config.train.ppo_epochs}")
     if config.train.max_optimal_moves < 0:

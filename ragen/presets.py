@@ -7,6 +7,9 @@
 - rft (not RAGEN's; a baseline beside it): rejection-sampling fine-tuning online, as in RAFT / ReST-EM / expert
   iteration: keep only each group's best successful rollout (highest return, then fewest actions) and train on it
   with advantage 1 through the same clipped loss; no critic, no KL.
+- grpo_best (not RAGEN's): GRPO on a binary outcome, 1 for each group's best success and 0 for every other
+  rollout, so the best success is pushed up and the rest of its group down (groups without a success, whose
+  scores are all 0, are dropped); clip 0.2 / 0.28, no KL.
 Use one with `preset=NAME` wherever overrides are accepted (`python -m flows.update preset=starpo_grpo`), or
 pass its keys to `dvc exp run -S`. Later overrides win, so every knob can still be set on its own.
 """
@@ -20,6 +23,9 @@ PRESETS: dict[str, list[str]] = {
                     "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.2", "algo.kl=loss_k1", "algo.kl_coef=0.001"],
     "rft": ["algo.advantage=rft", "filter.within=best_success", "filter.keep_ratio=1.0", "filter.mode=std",
             "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.28", "algo.kl=none", "algo.kl_coef=0.0"],
+    "grpo_best": ["algo.advantage=grpo", "algo.outcome=best_success", "algo.reward_norm=mean_std",
+                  "filter.keep_ratio=1.0", "filter.mode=nonzero", "filter.within=all", "algo.clip_eps_low=0.2",
+                  "algo.clip_eps_high=0.28", "algo.kl=none", "algo.kl_coef=0.0"],
 }
 
 

@@ -3,7 +3,8 @@
 Each step:
   1. roll out P groups x N rollouts of the train env; group g of step k starts from train-pool seed
      pool[(k * P + g) % len(pool)], shared by its N rollouts (common random numbers);
-  2. returns = env rewards + format penalties, normalised within groups (algo.reward_norm);
+  2. returns = env rewards + format penalties (or 1 for each group's best success, 0 else: algo.outcome),
+     normalised within groups (algo.reward_norm);
   3. keep whole groups by in-group return std (filter.keep_ratio; 1 keeps all: vanilla StarPO), or of each
      only its best success (filter.within best_success);
   4. batch the kept trajectories; KL in the reward if algo.kl = reward_k1;
@@ -74,14 +75,18 @@ def select(cfg: Config, trajectories: Sequence[Trajectory], *, already_filtered:
     """
     returns = torch.tensor([t.traj_return for t in trajectories])  # (B,)
     group_ids = torch.tensor([t.group_id for t in trajectories])  # (B,)
-    scores = normalize_returns(returns, group_ids, method=cfg.algo.reward_norm)  # (B,)
+    best = None  # (B,) bool: each group's best success, when an option asks for it
+    if "best_success" in (cfg.algo.outcome, cfg.filter.within):
+        best = best_success_per_group(returns, group_ids, torch.tensor([t.success for t in trajectories]),
+                                      torch.tensor([t.num_actions for t in trajectories]))
+    outcome = best.float() if cfg.algo.outcome == "best_success" else returns  # (B,)
+    scores = normalize_returns(outcome, group_ids, method=cfg.algo.reward_norm)  # (B,)
     keep_ratio = 1.0 if already_filtered else cfg.filter.keep_ratio
     mode = "std" if already_filtered else cfg.filter.mode
     keep, stats = filter_groups_by_reward_std(scores, group_ids, keep_ratio, mode)
     metrics = {f"filter/{k}": v for k, v in stats.as_metrics().items()}
     if cfg.filter.within == "best_success":  # of each kept group only its best success (idempotent on step 1)
-        keep &= best_success_per_group(returns, group_ids, torch.tensor([t.success for t in trajectories]),
-                                       torch.tensor([t.num_actions for t in trajectories]))
+        keep &= best
         metrics["filter/kept_frac"] = float(keep.float().mean())
     kept = [t for t, k in zip(trajectories, keep.tolist()) if k]
     return kept, scores[keep], metrics

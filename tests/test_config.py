@@ -34,6 +34,7 @@ def write(tmp_path, text):
         ("envs: [1, 2\n", "not valid YAML"),
         ("model:\n  attn: flash\n", "model.attn: 'flash' is not one of auto, sdpa, eager"),
         ("filter:\n  within: best\n", "filter.within: 'best' is not one of all, best_success"),
+        ("algo:\n  outcome: best_success\n  reward_placement: turn\n", "needs algo.reward_placement=last"),
         ("envs:\n  tags: [bandit]\nbase:\n  envs: [sokoban]\n", "base.envs: ['sokoban'] not in envs.tags"),
         ("base:\n  envs: [sokoban, sokoban]\n", "base.envs: duplicate tags in ['sokoban', 'sokoban']; name each"),
     ],

@@ -69,6 +69,11 @@ def test_select_best_success_keeps_each_groups_best_success(tokenizer):
     assert kept == [trajectories[2], trajectories[10]]
     assert metrics["filter/kept_frac"] == pytest.approx(2 / 12)
     assert select(cfg, kept, already_filtered=True)[0] == kept  # step 1 reads the stage filter's output: unchanged
+    # grpo_best: the same best successes score 1, the rest of their groups 0; group-normalised (mean 1/4, unbiased
+    # std 1/2); group 1, all 0, is dropped
+    kept, scores, _ = select(load_config(None, CFG + ["preset=grpo_best"]), trajectories)
+    assert kept == trajectories[:4] + trajectories[8:]
+    assert scores.tolist() == pytest.approx([-0.5, -0.5, 1.5, -0.5] * 2, abs=1e-5)
 
 
 def test_a_step_without_a_success_skips_the_update(tokenizer):

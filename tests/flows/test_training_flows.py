@@ -132,7 +132,7 @@ def test_rft_keeps_each_groups_best_success_and_trains_without_a_critic(prepared
     # base rollouts without a success leave update's first step nothing: the filter says so and writes nothing
     lost = project / "lost.parquet"
     write_trajectories(lost, [replace(t, success=False) for t in won])
-    with pytest.raises(ValueError, match="none of the 16 base rollouts .* succeeded"):
+    with pytest.raises(ValueError, match=r"kept none of the 16 base rollouts .* \(0 succeeded"):
         filter_rollouts(params=params, overrides=rft, rollouts=str(lost), out=str(project / "nothing.parquet"),
                         metrics_path=str(project / "filter_nothing.json"))
     assert not (project / "nothing.parquet").exists()
