@@ -269,7 +269,8 @@ def main() -> None:
     for env, t in timings:
         per_step = t["timing/rollout_s_mean"] + t["timing/score_s_mean"] + t["timing/update_s_mean"]
         print(f"{env:<12} {per_step:.1f} s per step: rollout {t['timing/rollout_s_mean']:.2f}s "
-              f"({t['perf/rollout_tokens_per_s_mean']:.0f} sampled tok/s), score {t['timing/score_s_mean']:.2f}s, "
+              f"({t['perf/rollout_tokens_per_s_mean']:.0f} sampled tok/s), score {t['timing/score_s_mean']:.2f}s "
+              f"({t.get('perf/score_tokens_per_s_mean', math.nan):.0f} scored tok/s), "
               f"update {t['timing/update_s_mean']:.2f}s ({t['perf/update_tokens_per_s_mean']:.0f} trained tok/s)")
 
 

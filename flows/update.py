@@ -96,8 +96,9 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
             elapsed = time.perf_counter() - begin
             eta = elapsed / (step + 1 - start_step) * (cfg.train.steps - step - 1)
             val = metrics.get(f"val/{cfg.train.env}/success")
+            entropy = metrics.get("actor/entropy", float("nan"))  # absent when a step skipped its update
             print(f"update | step {step + 1}/{cfg.train.steps} | rollout/success {metrics['rollout/success_rate']:.3f}"
-                  f" | filter/kept {metrics['filter/kept_frac']:.2f} | actor/entropy {metrics.get('actor/entropy', float('nan')):.3f}"
+                  f" | filter/kept {metrics['filter/kept_frac']:.2f} | actor/entropy {entropy:.3f}"
                   + (f" | val/success {val:.3f}" if val is not None else "") + f" | eta {eta:.0f}s")
             if (step + 1) % cfg.train.checkpoint_every == 0 and step + 1 < cfg.train.steps:
                 save_checkpoint(ckpt, models=models, optimizers=optimizers,
@@ -109,7 +110,7 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
         final = {f"val/{cfg.train.env}/success": summary["success_rate"], "train/steps": cfg.train.steps}
         online = history[1:] or history  # step 0 trains on the stage-filter batch and rolls nothing out
         for key in ("timing/rollout_s", "timing/score_s", "timing/update_s", "perf/rollout_tokens_per_s",
-                    "perf/update_tokens_per_s"):
+                    "perf/score_tokens_per_s", "perf/update_tokens_per_s"):
             final[f"{key}_mean"] = sum(row[key] for row in online) / len(online)
         tracker.log_metrics({f"val/{cfg.train.env}/success": summary["success_rate"]}, step=cfg.train.steps)
         tracker.log_to_pipeline({f"val/{cfg.train.env}/success": summary["success_rate"]}, step=cfg.train.steps)

@@ -163,7 +163,7 @@ class EvalConfig:
     """Section `eval`: stage evaluate and the val checks during training."""
 
     temperature: float = 0.5  # RAGEN's validation temperature
-    episodes: int = 128  # instances per split (at most the split's size)
+    episodes: int = 256  # instances per split (at most the split's size); RAGEN validates on 256 fixed seeds
 
 
 @dataclass

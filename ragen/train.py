@@ -7,8 +7,10 @@ Each step:
      normalised within groups (algo.reward_norm);
   3. keep whole groups by in-group return std (filter.keep_ratio; 1 keeps all: vanilla StarPO), or of each
      only its best success (filter.within best_success);
-  4. batch the kept trajectories; KL in the reward if algo.kl = reward_k1;
+  4. score: batch the kept trajectories (KL in the reward if algo.kl = reward_k1), re-score their old log-probs
+     and values and compute the advantages (ragen.update.score_batch);
   5. critic and actor updates (ragen.update).
+Timing splits each step into these phases: rollout (1), scoring (4) and update (5), each with its tokens per second.
 Sampling at step k uses a generator seeded by (train.seed, k), so a run resumed from a checkpoint at step k
 replays exactly what an uninterrupted run would have done.
 """
@@ -30,7 +32,7 @@ from ragen.policy import Policy
 from ragen.policy.scoring import score_sequences
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import policy_responder, run_episodes, summarize
-from ragen.update import UpdateSettings, update
+from ragen.update import UpdateSettings, score_batch, update
 
 
 @dataclass
@@ -130,11 +132,13 @@ def train_step(cfg: Config, learner: Learner, pool: Sequence[int], step: int,
     stats, trained_tokens = {"actor/skipped_steps": 1.0}, 0  # nothing kept (best_success, no success): no update
     if kept:
         start = time.perf_counter()
+        settings = update_settings(cfg)
         batch, ref_logprobs = make_batch(cfg, learner, kept, scores)
+        scored = score_batch(learner.policy.model, learner.critic, batch, settings)
         score_s = time.perf_counter() - start
         start = time.perf_counter()
-        stats = update(learner.policy.model, learner.critic, learner.actor_opt, learner.critic_opt, batch,
-                       update_settings(cfg), ref_logprobs=ref_logprobs)
+        stats = update(learner.policy.model, learner.critic, learner.actor_opt, learner.critic_opt, batch, settings,
+                       ref_logprobs=ref_logprobs, scored=scored)
         update_s = time.perf_counter() - start
         trained_tokens = int(batch.attention_mask.sum())
     sampled_tokens = sum(len(turn.response_ids) for t in trajectories for turn in t.turns)
@@ -146,5 +150,6 @@ def train_step(cfg: Config, learner: Learner, pool: Sequence[int], step: int,
     metrics |= {"rollout/in_group_std_mean": float(raw_stds.mean()), "rollout/in_group_std_max": float(raw_stds.max())}
     metrics |= stats | {"timing/rollout_s": rollout_s, "timing/score_s": score_s, "timing/update_s": update_s,
                         "perf/rollout_tokens_per_s": sampled_tokens / max(rollout_s, 1e-9),
+                        "perf/score_tokens_per_s": trained_tokens / max(score_s, 1e-9),
                         "perf/update_tokens_per_s": trained_tokens / max(update_s, 1e-9)}
     return metrics

@@ -7,9 +7,9 @@
 Mini-batches of `mini_batch_size` trajectories, one optimizer step each, `epochs` passes over the batch in the same
 order (RAGEN: 32 trajectories, ppo_epochs 1, no shuffle);
 gradients clipped to `grad_clip`; a non-finite gradient norm skips the optimizer step and is counted.
-Old log-probs are re-scored by the policy before its first step, as in RAGEN, but on the very token ids that were
-sampled (RAGEN re-tokenises text); `actor/sampler_logprob_gap` reports the largest difference from the sampler's
-own log-probs on sampled tokens, which stays at float error when rollout and training agree on tokens.
+Old log-probs (and values) are re-scored before the first step (`score_batch`), as in RAGEN, but on the very token
+ids that were sampled (RAGEN re-tokenises text); `actor/sampler_logprob_gap` reports the largest difference from the
+sampler's own log-probs on sampled tokens, which stays at float error when rollout and training agree on tokens.
 """
 
 from __future__ import annotations
@@ -78,6 +78,12 @@ def uses_critic(advantage: str) -> bool:
     return advantage not in ("grpo", "rft")
 
 
+def _prefix_len(s: UpdateSettings, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor
+                ) -> int:
+    """Rows behind the same system prompt and instruction run that prefix once (same values, less compute)."""
+    return shareable_prefix(input_ids, attention_mask, loss_mask) if s.share_prefix else 0
+
+
 def _step(optimizer: torch.optim.Optimizer, params, loss: torch.Tensor, grad_clip: float) -> tuple[float, bool]:
     """Backward, clip, step; returns (pre-clip grad norm, whether the step was taken)."""
     optimizer.zero_grad(set_to_none=True)
@@ -90,18 +96,25 @@ def _step(optimizer: torch.optim.Optimizer, params, loss: torch.Tensor, grad_cli
     return grad_norm, True
 
 
-def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: torch.optim.Optimizer,
-           critic_opt: torch.optim.Optimizer | None, batch: RolloutBatch, settings: UpdateSettings, *,
-           ref_logprobs: torch.Tensor | None = None) -> dict[str, float]:
-    """Critic then actor updates over the batch; returns actor/ and critic/ metrics (means over mini-batches)."""
-    s = settings
-    if uses_critic(s.advantage) and (critic is None or critic_opt is None):
-        raise ValueError(f"algo.advantage {s.advantage} reads critic values; pass a critic and its optimizer "
-                         "(or use grpo)")
-    mask = batch.loss_mask
-    # rows behind the same system prompt and instruction run that prefix once (same values, less compute)
-    prefix_of = shareable_prefix if s.share_prefix else (lambda *rows: 0)
-    prefix_len = prefix_of(batch.input_ids, batch.attention_mask, mask)
+@dataclass(frozen=True)
+class ScoredBatch:
+    """The no-grad pass over a batch before its first optimizer step, which every mini-batch then reads."""
+
+    old_logprobs: torch.Tensor  # (B, T) log pi_old of each token, re-scored by the policy
+    old_values: torch.Tensor | None  # (B, T) critic values on masked tokens (zero elsewhere); None without a critic
+    advantages: torch.Tensor  # (B, T)
+    returns: torch.Tensor  # (B, T) the critic's targets
+    sampler_gap: float  # largest |re-scored - sampler| log-prob on a sampled token
+
+
+def score_batch(policy: PreTrainedModel, critic: PreTrainedModel | None, batch: RolloutBatch,
+                settings: UpdateSettings) -> ScoredBatch:
+    """Old log-probs (and values) of the whole batch and the advantages of `settings.advantage` (RAGEN's
+    compute_log_prob / compute_values / compute_advantage, one pass before the mini-batches)."""
+    s, mask = settings, batch.loss_mask
+    if uses_critic(s.advantage) and critic is None:
+        raise ValueError(f"algo.advantage {s.advantage} reads critic values; pass a critic (or use grpo)")
+    prefix_len = _prefix_len(s, batch.input_ids, batch.attention_mask, mask)
     with torch.no_grad():
         old_values = (token_values(critic, batch.input_ids, batch.attention_mask, prefix_len=prefix_len) * mask
                       if critic is not None else None)
@@ -109,6 +122,22 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
         sampled = batch.sampled_logprobs != 0
         gap = (old_logprobs - batch.sampled_logprobs)[sampled].abs().max().item() if sampled.any() else 0.0
     advantages, returns = ADVANTAGE_FNS[s.advantage](batch, old_values, s)
+    return ScoredBatch(old_logprobs, old_values, advantages, returns, gap)
+
+
+def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: torch.optim.Optimizer,
+           critic_opt: torch.optim.Optimizer | None, batch: RolloutBatch, settings: UpdateSettings, *,
+           ref_logprobs: torch.Tensor | None = None, scored: ScoredBatch | None = None) -> dict[str, float]:
+    """Critic then actor updates over the batch; returns actor/ and critic/ metrics (means over mini-batches).
+    `scored`: the batch's `score_batch` when the caller ran it already (to time it apart); computed here if None."""
+    s = settings
+    if uses_critic(s.advantage) and (critic is None or critic_opt is None):
+        raise ValueError(f"algo.advantage {s.advantage} reads critic values; pass a critic and its optimizer "
+                         "(or use grpo)")
+    scored = scored if scored is not None else score_batch(policy, critic, batch, s)
+    old_logprobs, old_values, advantages, returns = (scored.old_logprobs, scored.old_values, scored.advantages,
+                                                     scored.returns)
+    mask = batch.loss_mask
 
     stats: dict[str, list[float]] = {}
 
@@ -117,10 +146,10 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
 
     size = batch.input_ids.shape[0]
     policy.train()
-    for start in [start for _ in range(s.epochs) for start in range(0, size, s.mini_batch_size)]:
+    for start in list(range(0, size, s.mini_batch_size)) * s.epochs:  # each pass in the same order
         rows = slice(start, start + s.mini_batch_size)
         ids, att, m = batch.input_ids[rows], batch.attention_mask[rows], mask[rows]
-        mini_prefix = prefix_of(ids, att, m)
+        mini_prefix = _prefix_len(s, ids, att, m)
         if critic is not None:
             critic.train()
             values = token_values(critic, ids, att, prefix_len=mini_prefix)
@@ -155,7 +184,7 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
         if key in stats:
             out[key] = sum(stats[key])
     out["actor/lr"] = actor_opt.param_groups[0]["lr"]
-    out["actor/sampler_logprob_gap"] = gap
+    out["actor/sampler_logprob_gap"] = scored.sampler_gap
     out["actor/advantage_mean"] = masked_mean(advantages, mask).item()
     out["critic/return_mean"] = masked_mean(returns, mask).item()
     return out

@@ -99,6 +99,13 @@ def test_same_seed_same_metrics_and_weights(tokenizer):
     assert all(torch.equal(runs[0][1][k], runs[1][1][k]) for k in runs[0][1])
 
 
+def test_a_step_times_rollout_scoring_and_update_with_tokens_per_second(tokenizer):
+    metrics = train_step(load_config(None, CFG), fresh_learner(tokenizer), list(range(100, 110)), 0)
+    for phase in ("rollout", "score", "update"):
+        assert metrics[f"timing/{phase}_s"] > 0, phase
+        assert metrics[f"perf/{phase}_tokens_per_s"] > 0, phase
+
+
 def test_critic_warm_up_targets_are_the_returns_update_trains_on(tokenizer):
     # stage critic_fit batches the filtered rollouts as update's first step does: with reward_norm mean each
     # token's target is its trajectory's group-centred return, not the raw one

@@ -13,7 +13,7 @@ from ragen.policy.scoring import shareable_prefix, token_logprobs
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.records import EpisodeSpec
 from ragen.rollout import policy_responder, run_episodes
-from ragen.update import UpdateSettings, update, uses_critic
+from ragen.update import UpdateSettings, score_batch, update, uses_critic
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +108,28 @@ def test_first_rescoring_matches_the_sampler(setup):
     assert stats["actor/sampler_logprob_gap"] < 1e-4
 
 
+def test_scoring_the_batch_apart_gives_the_same_update(setup):
+    """The training loop runs `score_batch` itself (to time scoring apart from the update) and passes it in: the
+    same metrics and weights as an update that scores the batch itself."""
+    policy, trajectories = setup
+    batch = spread_batch(policy, trajectories)
+    runs = []
+    for apart in (False, True):
+        model = small_model(policy.tokenizer)
+        critic = build_critic(model)
+        actor_opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
+        scored = score_batch(model, critic, batch, settings()) if apart else None
+        if apart:  # (B, T) each, advantages on trained tokens only
+            assert scored.old_logprobs.shape == scored.advantages.shape == batch.loss_mask.shape
+            assert torch.all(scored.advantages[batch.loss_mask == 0] == 0)
+        stats = update(model, critic, actor_opt, critic_opt, batch, settings(), scored=scored)
+        runs.append((stats, [p.detach() for p in (*model.parameters(), *critic.parameters())]))
+    (stats, weights), (apart_stats, apart_weights) = runs
+    assert stats == apart_stats
+    assert all(torch.equal(a, b) for a, b in zip(weights, apart_weights))
+
+
 @pytest.mark.parametrize("advantage", ["gae", "bilevel_gae"])
 def test_critic_advantages_without_a_critic_say_so(setup, advantage):
     policy, trajectories = setup
@@ -115,6 +137,8 @@ def test_critic_advantages_without_a_critic_say_so(setup, advantage):
     batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"))
     with pytest.raises(ValueError, match=f"{advantage} reads critic values"):
         update(policy.model, None, torch.optim.SGD(policy.model.parameters(), lr=0.0), None, batch, settings(advantage))
+    with pytest.raises(ValueError, match=f"{advantage} reads critic values; pass a critic"):
+        score_batch(policy.model, None, batch, settings(advantage))
     with pytest.raises(ValueError, match="unknown algo.advantage 'gea'"):
         uses_critic("gea")
 
