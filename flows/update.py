@@ -111,7 +111,9 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
         online = history[1:] or history  # step 0 trains on the stage-filter batch and rolls nothing out
         for key in ("timing/rollout_s", "timing/score_s", "timing/update_s", "perf/rollout_tokens_per_s",
                     "perf/score_tokens_per_s", "perf/update_tokens_per_s"):
-            final[f"{key}_mean"] = sum(row[key] for row in online) / len(online)
+            logged = [row[key] for row in online if key in row]  # a checkpoint of older code lacks newer keys
+            if logged:
+                final[f"{key}_mean"] = sum(logged) / len(logged)
         tracker.log_metrics({f"val/{cfg.train.env}/success": summary["success_rate"]}, step=cfg.train.steps)
         tracker.log_to_pipeline({f"val/{cfg.train.env}/success": summary["success_rate"]}, step=cfg.train.steps)
         tracker.log_table(sample_table(val_trajectories), "samples/final_val_trajectories.json")

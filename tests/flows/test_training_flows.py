@@ -83,6 +83,20 @@ def test_resume_after_a_kill_ends_where_an_uninterrupted_run_ends(prepared):
 
 
 @pytest.mark.slow
+def test_a_checkpoint_without_a_newer_metric_still_resumes(prepared):
+    # a run killed under code that logged fewer metrics (no scoring rate before 11b0f89) resumes and finishes
+    project, params = prepared
+    update_policy(params=params, overrides=SMALL, policy_dir=str(project / "resumed"), stop_after=3)  # killed
+    meta_path = project / "checkpoints/update/meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["history"] = [{k: v for k, v in row.items() if k != "perf/score_tokens_per_s"} for row in meta["history"]]
+    meta_path.write_text(json.dumps(meta))
+    metrics = update_policy(params=params, overrides=SMALL, policy_dir=str(project / "resumed"))
+    assert metrics["perf/score_tokens_per_s_mean"] > 0  # over the steps that logged it
+    assert not (project / "checkpoints/update").exists()
+
+
+@pytest.mark.slow
 def test_bilevel_gae_warms_a_critic_and_trains_through_the_stages(prepared):
     # algo.advantage=bilevel_gae reads critic values as gae does: critic_fit must warm a critic for it and update
     # must load it (both once looked for "gae" only, and update crashed on the missing values)
