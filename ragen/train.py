@@ -7,8 +7,8 @@ Each step:
      normalised within groups (algo.reward_norm);
   3. keep whole groups by in-group return std (filter.keep_ratio; 1 keeps all: vanilla StarPO), or of each
      only its best success (filter.within best_success);
-  4. score: batch the kept trajectories (KL in the reward if algo.kl = reward_k1), re-score their old log-probs
-     and values and compute the advantages (ragen.update.score_batch);
+  4. score: batch the kept trajectories, re-score their old log-probs and values, fold the KL into the reward if
+     algo.kl = reward_k1 and compute the advantages (ragen.update.score_batch);
   5. critic and actor updates (ragen.update).
 Timing splits each step into these phases: rollout (1), scoring (4) and update (5), each with its tokens per second.
 Sampling at step k uses a generator seeded by (train.seed, k), so a run resumed from a checkpoint at step k
@@ -52,8 +52,8 @@ def update_settings(cfg: Config) -> UpdateSettings:
     return UpdateSettings(
         advantage=a.advantage, gamma=a.gamma, lam=a.lam, turn_gamma=a.turn_gamma, eps_low=a.clip_eps_low,
         eps_high=a.clip_eps_high, dual_clip=a.dual_clip or None, entropy_coef=a.entropy_coef,
-        kl_loss={"loss_k1": "k1", "loss_k3": "k3"}.get(a.kl), kl_coef=a.kl_coef, value_clip=cfg.critic.value_clip,
-        aggregation=a.aggregation, mini_batch_size=cfg.train.mini_batch_size, epochs=cfg.train.ppo_epochs,
+        kl_loss={"loss_k1": "k1", "loss_k3": "k3"}.get(a.kl), kl_coef=a.kl_coef,
+        kl_reward_coef=a.kl_coef if a.kl == "reward_k1" else 0.0, value_clip=cfg.critic.value_clip, aggregation=a.aggregation, mini_batch_size=cfg.train.mini_batch_size, epochs=cfg.train.ppo_epochs,
         grad_clip=cfg.train.grad_clip)
 
 
@@ -108,16 +108,11 @@ def return_batch(cfg: Config, policy: Policy, kept: Sequence[Trajectory], scores
 
 def make_batch(cfg: Config, learner: Learner, kept: Sequence[Trajectory], scores: torch.Tensor
                ) -> tuple[RolloutBatch, torch.Tensor | None]:
-    """`return_batch`, with the KL folded into the reward if asked (and the reference's log-probs for a KL loss)."""
-    policy = learner.policy
-    batch = return_batch(cfg, policy, kept, scores)
+    """`return_batch` and, with a KL (in the reward or as a loss), the reference's log-probs of its tokens."""
+    batch = return_batch(cfg, learner.policy, kept, scores)
     ref_logprobs = None
     if cfg.algo.kl != "none" and learner.ref is not None:
         ref_logprobs, _ = score_sequences(learner.ref, batch.input_ids, batch.attention_mask, with_entropy=False)
-        if cfg.algo.kl == "reward_k1":  # V0423 semantics for PPO: r_t <- r_t - beta * (logp_old - logp_ref)
-            old, _ = score_sequences(policy.model, batch.input_ids, batch.attention_mask, with_entropy=False)
-            kl = (old - ref_logprobs) * batch.loss_mask
-            batch = replace(batch, token_rewards=batch.token_rewards - cfg.algo.kl_coef * kl)
     return batch, ref_logprobs
 
 
@@ -134,7 +129,7 @@ def train_step(cfg: Config, learner: Learner, pool: Sequence[int], step: int,
         start = time.perf_counter()
         settings = update_settings(cfg)
         batch, ref_logprobs = make_batch(cfg, learner, kept, scores)
-        scored = score_batch(learner.policy.model, learner.critic, batch, settings)
+        scored = score_batch(learner.policy.model, learner.critic, batch, settings, ref_logprobs=ref_logprobs)
         score_s = time.perf_counter() - start
         start = time.perf_counter()
         stats = update(learner.policy.model, learner.critic, learner.actor_opt, learner.critic_opt, batch, settings,

@@ -14,7 +14,7 @@ sampler's own log-probs on sampled tokens, which stays at float error when rollo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -44,6 +44,7 @@ class UpdateSettings:
     mini_batch_size: int
     grad_clip: float
     epochs: int = 1  # passes over the batch (RAGEN / verl ppo_epochs)
+    kl_reward_coef: float = 0.0  # beta of a k1 KL folded into the token rewards before the advantages (reward_k1)
     share_prefix: bool = True  # run the rows' common prompt prefix once (same values); False: every row whole
 
 
@@ -108,9 +109,11 @@ class ScoredBatch:
 
 
 def score_batch(policy: PreTrainedModel, critic: PreTrainedModel | None, batch: RolloutBatch,
-                settings: UpdateSettings) -> ScoredBatch:
+                settings: UpdateSettings, *, ref_logprobs: torch.Tensor | None = None) -> ScoredBatch:
     """Old log-probs (and values) of the whole batch and the advantages of `settings.advantage` (RAGEN's
-    compute_log_prob / compute_values / compute_advantage, one pass before the mini-batches)."""
+    compute_log_prob / compute_values / compute_advantage, one pass before the mini-batches). With
+    `kl_reward_coef` beta and the reference's `ref_logprobs` (B, T), the KL is folded into the rewards first
+    (RAGEN V0423 for PPO):  r_t <- r_t - beta * (log pi_old(t) - log pi_ref(t)) on trained tokens."""
     s, mask = settings, batch.loss_mask
     if uses_critic(s.advantage) and critic is None:
         raise ValueError(f"algo.advantage {s.advantage} reads critic values; pass a critic (or use grpo)")
@@ -121,6 +124,9 @@ def score_batch(policy: PreTrainedModel, critic: PreTrainedModel | None, batch: 
         old_logprobs, _ = token_logprobs(policy, batch.input_ids, batch.attention_mask, prefix_len=prefix_len)  # (B, T)
         sampled = batch.sampled_logprobs != 0
         gap = (old_logprobs - batch.sampled_logprobs)[sampled].abs().max().item() if sampled.any() else 0.0
+    if s.kl_reward_coef and ref_logprobs is not None:
+        kl = (old_logprobs - ref_logprobs) * mask  # (B, T) k1 estimate on trained tokens
+        batch = replace(batch, token_rewards=batch.token_rewards - s.kl_reward_coef * kl)
     advantages, returns = ADVANTAGE_FNS[s.advantage](batch, old_values, s)
     return ScoredBatch(old_logprobs, old_values, advantages, returns, gap)
 
@@ -134,7 +140,7 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
     if uses_critic(s.advantage) and (critic is None or critic_opt is None):
         raise ValueError(f"algo.advantage {s.advantage} reads critic values; pass a critic and its optimizer "
                          "(or use grpo)")
-    scored = scored if scored is not None else score_batch(policy, critic, batch, s)
+    scored = scored if scored is not None else score_batch(policy, critic, batch, s, ref_logprobs=ref_logprobs)
     old_logprobs, old_values, advantages, returns = (scored.old_logprobs, scored.old_values, scored.advantages,
                                                      scored.returns)
     mask = batch.loss_mask

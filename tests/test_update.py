@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from ragen.advantages import compute_gae, whiten
 from ragen.batching import build_batch
 from ragen.config import RolloutConfig
 from ragen.policy import Policy
@@ -127,6 +128,24 @@ def test_scoring_the_batch_apart_gives_the_same_update(setup):
     (stats, weights), (apart_stats, apart_weights) = runs
     assert stats == apart_stats
     assert all(torch.equal(a, b) for a, b in zip(weights, apart_weights))
+
+
+def test_a_kl_in_the_reward_is_folded_in_before_the_advantages(setup):
+    # reward_k1: r_t <- r_t - beta * (log pi_old - log pi_ref) on trained tokens, then GAE (gamma = lam = 1), whitened
+    policy, trajectories = setup
+    model, beta = small_model(policy.tokenizer), 0.5
+    ref = build_tiny_model(policy.tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                           intermediate_size=64, max_positions=2048, seed=1).eval()
+    critic = build_critic(model)
+    batch = spread_batch(policy, trajectories)
+    with torch.no_grad():
+        ref_logprobs, _ = token_logprobs(ref, batch.input_ids, batch.attention_mask)
+    folded = score_batch(model, critic, batch, settings(kl_reward_coef=beta), ref_logprobs=ref_logprobs)
+    plain = score_batch(model, critic, batch, settings(), ref_logprobs=ref_logprobs)  # beta 0: nothing folded
+    rewards = batch.token_rewards - beta * (folded.old_logprobs - ref_logprobs) * batch.loss_mask
+    expected, _ = compute_gae(rewards, folded.old_values, batch.loss_mask, gamma=1.0, lam=1.0)
+    assert torch.allclose(folded.advantages, whiten(expected, batch.loss_mask), atol=1e-5)
+    assert not torch.allclose(folded.advantages, plain.advantages, atol=1e-3)
 
 
 @pytest.mark.parametrize("advantage", ["gae", "bilevel_gae"])
