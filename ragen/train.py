@@ -53,7 +53,8 @@ def update_settings(cfg: Config) -> UpdateSettings:
         advantage=a.advantage, gamma=a.gamma, lam=a.lam, turn_gamma=a.turn_gamma, eps_low=a.clip_eps_low,
         eps_high=a.clip_eps_high, dual_clip=a.dual_clip or None, entropy_coef=a.entropy_coef,
         kl_loss={"loss_k1": "k1", "loss_k3": "k3"}.get(a.kl), kl_coef=a.kl_coef,
-        kl_reward_coef=a.kl_coef if a.kl == "reward_k1" else 0.0, value_clip=cfg.critic.value_clip, aggregation=a.aggregation, mini_batch_size=cfg.train.mini_batch_size, epochs=cfg.train.ppo_epochs,
+        kl_reward_coef=a.kl_coef if a.kl == "reward_k1" else 0.0, value_clip=cfg.critic.value_clip,
+        aggregation=a.aggregation, mini_batch_size=cfg.train.mini_batch_size, epochs=cfg.train.ppo_epochs,
         grad_clip=cfg.train.grad_clip)
 
 
