@@ -99,6 +99,10 @@ def paired_gap(both: pl.DataFrame) -> tuple[float, float]:
 MOVE_BUCKETS = ((1, 3), (4, 6), (7, 10), (11, None))  # the solver's optimal moves; > 10 is past the action budget
 
 
+def bucket_label(lo: int, hi: int | None) -> str:
+    return f"{lo}-{hi}" if hi is not None else f">{lo - 1}"
+
+
 def success_by_moves(envs_dir: str, env: str, split: str, paired: pl.DataFrame) -> list[tuple[str, int, float, float]]:
     """Base and trained success over `paired_episodes` by the solver's optimal move count (envgen's `optimal_moves`):
     (bucket, episodes, base, trained) for each non-empty bucket of MOVE_BUCKETS; where the learning is (or is not)."""
@@ -109,8 +113,7 @@ def success_by_moves(envs_dir: str, env: str, split: str, paired: pl.DataFrame) 
         upper = pl.lit(True) if hi is None else pl.col("optimal_moves") <= hi
         part = both.filter((pl.col("optimal_moves") >= lo) & upper)
         if part.height:
-            rows.append((f"{lo}-{hi}" if hi is not None else f">{lo - 1}", part.height, part["base"].mean(),
-                         part["trained"].mean()))
+            rows.append((bucket_label(lo, hi), part.height, part["base"].mean(), part["trained"].mean()))
     return rows
 
 

@@ -24,11 +24,11 @@ import math
 from functools import lru_cache
 from typing import Callable, Sequence
 
+from bench_learning import MOVE_BUCKETS, bucket_label  # bench/ is on sys.path when this script runs
 from flows.common import read_instances
 from ragen.envs.frozen_lake import parse_lake, transition_table
 from ragen.envs.sokoban import Board, parse_board
 
-BANDS = (("1-3", 1, 3), ("4-6", 4, 6), ("7-10", 7, 10), (">10", 11, 10**9))
 Backup = Callable[[Sequence[float]], float]
 BACKUPS: dict[str, Backup] = {"random": lambda q: sum(q) / len(q), "optimal": max}
 
@@ -67,7 +67,9 @@ FIRST_ACTION_VALUES = {
 
 
 def band_of(moves: int | None) -> str:
-    return next((name for name, low, high in BANDS if moves is not None and low <= moves <= high), ">10")
+    """The MOVE_BUCKETS label of an optimal move count; an unsolvable instance (None) goes with the last bucket."""
+    return next((bucket_label(lo, hi) for lo, hi in MOVE_BUCKETS
+                 if moves is not None and lo <= moves and (hi is None or moves <= hi)), bucket_label(*MOVE_BUCKETS[-1]))
 
 
 def main() -> None:
@@ -89,7 +91,7 @@ def main() -> None:
                 mean = sum(q) / len(q)
                 per[name] = (mean if name == "random" else max(q), max(q) - mean)
             rows.append((band_of(moves), per))
-        for band in [name for name, _, _ in BANDS] + ["all"]:
+        for band in [bucket_label(lo, hi) for lo, hi in MOVE_BUCKETS] + ["all"]:
             chosen = [per for b, per in rows if band in (b, "all")]
             if not chosen:
                 continue
