@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 from bench_learning import MOVE_BUCKETS, bucket_label  # bench/ is on sys.path when this script runs
 from flows.common import read_instances
 from ragen.envs.frozen_lake import parse_lake, transition_table
+from ragen.envs.solvers import lake_values
 from ragen.envs.sokoban import Board, parse_board
 
 Backup = Callable[[Sequence[float]], float]
@@ -51,12 +52,7 @@ def lake_first_action_values(layout: str, actions: int, backup: Backup) -> list[
     """Q(s0, a) for the 4 actions on the slippery transition table (holes and the goal absorb)."""
     lake, player = parse_lake(layout)
     table = transition_table(lake)
-    goal = lake.index(lake.goal)
-    value = [float(s == goal) for s in range(len(table))]
-    for _ in range(actions - 1):
-        value = [1.0 if s == goal else 0.0 if lake.is_terminal(lake.position(s))
-                 else backup([sum(p * value[nxt] for p, nxt, _, _ in outcomes) for outcomes in table[s]])
-                 for s in range(len(table))]
+    value = lake_values(lake, table, actions - 1, backup)
     return [sum(p * value[nxt] for p, nxt, _, _ in outcomes) for outcomes in table[lake.index(player)]]
 
 

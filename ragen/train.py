@@ -29,7 +29,7 @@ from ragen.batching import RolloutBatch, build_batch
 from ragen.config import Config
 from ragen.filters import best_success_per_group, filter_groups_by_reward_std, group_stds
 from ragen.policy import Policy
-from ragen.policy.scoring import score_sequences
+from ragen.policy.scoring import score_sequences, shareable_prefix
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import policy_responder, run_episodes, summarize
 from ragen.update import UpdateSettings, score_batch, update
@@ -113,7 +113,9 @@ def make_batch(cfg: Config, learner: Learner, kept: Sequence[Trajectory], scores
     batch = return_batch(cfg, learner.policy, kept, scores)
     ref_logprobs = None
     if cfg.algo.kl != "none" and learner.ref is not None:
-        ref_logprobs, _ = score_sequences(learner.ref, batch.input_ids, batch.attention_mask, with_entropy=False)
+        prefix_len = shareable_prefix(batch.input_ids, batch.attention_mask, batch.loss_mask)  # as score_batch
+        ref_logprobs, _ = score_sequences(learner.ref, batch.input_ids, batch.attention_mask, with_entropy=False,
+                                          prefix_len=prefix_len)
     return batch, ref_logprobs
 
 

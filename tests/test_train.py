@@ -12,7 +12,8 @@ from ragen.policy import Policy
 from ragen.policy.model import build_critic, build_tiny_model
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.advantages import value_targets
-from ragen.train import Learner, collect, return_batch, select, step_specs, train_step
+from ragen.policy.scoring import score_sequences, shareable_prefix
+from ragen.train import Learner, collect, make_batch, return_batch, select, step_specs, train_step
 
 CFG = ["train.env=frozen_lake", "train.groups=3", "train.group_size=4", "train.mini_batch_size=6",
        "rollout.max_new_tokens=10", "rollout.max_turns=2", "filter.keep_ratio=0.34"]
@@ -124,3 +125,24 @@ def test_critic_warm_up_targets_are_the_returns_update_trains_on(tokenizer):
                             turn_gamma=0.95)
     for row in range(12):
         assert torch.allclose(targets[row][batch.loss_mask[row]], scores[row].expand(int(batch.loss_mask[row].sum())))
+
+
+def test_reference_logprobs_run_the_shared_prompt_once_with_the_full_pass_values(tokenizer):
+    # with a KL, make_batch scores the kept rows under the frozen reference; the rows' common prompt runs once
+    cfg = load_config(None, [*CFG, "algo.kl=loss_k3", "algo.kl_coef=0.05", "filter.keep_ratio=1.0"])
+    learner = fresh_learner(tokenizer)
+    learner = replace(learner, ref=build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2,
+                                                    num_kv_heads=1, intermediate_size=64, max_positions=2048,
+                                                    seed=1).eval())
+    kept, scores, _ = select(cfg, collect(cfg, learner.policy, list(range(100, 110)), 0))
+    batch, ref_logprobs = make_batch(cfg, learner, kept, scores)
+    lp = shareable_prefix(batch.input_ids, batch.attention_mask, batch.loss_mask)
+    full, _ = score_sequences(learner.ref, batch.input_ids, batch.attention_mask, with_entropy=False)
+    mask = batch.loss_mask
+    assert torch.allclose(ref_logprobs[mask], full[mask], atol=1e-5)
+    first = batch.attention_mask.int().argmax(1)  # (B,) each row's first real token (left padding)
+    for row, start in enumerate(first.tolist()):  # the prefix ran once: its positions are not scored (0)
+        assert lp > 0 and (ref_logprobs[row, start : start + lp] == 0).all()
+        assert (full[row, start + 1 : start + lp] != 0).all()
+    policy_lp, _ = score_sequences(learner.policy.model, batch.input_ids, batch.attention_mask, with_entropy=False)
+    assert not torch.allclose(ref_logprobs[mask], policy_lp[mask])  # the reference's, not the policy's

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from fractions import Fraction
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -73,14 +73,15 @@ def sokoban_min_moves(layout: str | Board) -> int | None:
 
 
 # --- FrozenLake ---
-def _lake_values(lake, table, steps: int) -> list[float]:
-    """V_steps(s) for every state: the optimal probability of reaching the goal within `steps` actions."""
+def lake_values(lake, table, steps: int, backup: Callable[[Sequence[float]], float] = max) -> list[float]:
+    """V_steps(s) for every state: the probability of reaching the goal within `steps` actions when each step's
+    action values are combined by `backup` (max: the optimal policy; a mean: uniformly random actions)."""
     goal = lake.index(lake.goal)
     value = [float(s == goal) for s in range(len(table))]
     for _ in range(steps):
         value = [
             1.0 if s == goal
-            else max(sum(p * value[nxt] for p, nxt, _, _ in outcomes) for outcomes in table[s])
+            else backup([sum(p * value[nxt] for p, nxt, _, _ in outcomes) for outcomes in table[s]])
             if not lake.is_terminal(lake.position(s)) else 0.0
             for s in range(len(table))
         ]
@@ -93,7 +94,7 @@ def frozen_lake_success_probability(layout: str, max_steps: int) -> float:
     Finite-horizon value iteration (see the module docstring) on the same table `FrozenLakeEnv.step` samples.
     """
     lake, player = parse_lake(layout)
-    return _lake_values(lake, transition_table(lake), max_steps)[lake.index(player)]
+    return lake_values(lake, transition_table(lake), max_steps)[lake.index(player)]
 
 
 @lru_cache(maxsize=32)

@@ -51,12 +51,15 @@ def _logprobs_of(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool
 
 @torch.no_grad()
 def score_sequences(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
-                    micro_batch: int = 16, with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`token_logprobs` without gradients, in micro-batches to bound the (b, T, V) logits memory."""
+                    micro_batch: int = 16, with_entropy: bool = True, prefix_len: int = 0
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`token_logprobs` without gradients, in micro-batches to bound the (b, T, V) logits memory; `prefix_len`
+    (the whole batch's `shareable_prefix`) runs that prefix once per micro-batch."""
     logprobs, entropies = [], []
     for start in range(0, input_ids.shape[0], micro_batch):
         lp, ent = token_logprobs(model, input_ids[start : start + micro_batch],
-                                 attention_mask[start : start + micro_batch], with_entropy=with_entropy)
+                                 attention_mask[start : start + micro_batch], with_entropy=with_entropy,
+                                 prefix_len=prefix_len)
         logprobs.append(lp)
         entropies.append(ent)
     return torch.cat(logprobs), (torch.cat(entropies) if with_entropy else None)

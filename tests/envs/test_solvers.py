@@ -18,6 +18,7 @@ from ragen.envs.solvers import (
     frozen_lake_success_probability,
     frozen_lake_turn_actions,
     frozen_lake_turn_value,
+    lake_values,
     sokoban_min_moves,
     sokoban_plan,
 )
@@ -108,6 +109,16 @@ def test_frozen_lake_probability_with_a_hole_by_hand():
     # Left is better (no hole): per step 1/3 success, 2/3 stay -> 1 - (2/3)^k.
     assert frozen_lake_success_probability("PO\nG_", 1) == pytest.approx(1 / 3)
     assert frozen_lake_success_probability("PO\nG_", 3) == pytest.approx(1 - (2 / 3) ** 3)
+
+
+@pytest.mark.parametrize("k", range(6))
+def test_lake_values_under_random_play_by_hand(k):
+    # "PG" under uniformly random actions: Left (Up, Left or Down) never leaves the tile; Down, Right and Up each
+    # slip Right w.p. 1/3, so a random action reaches the goal w.p. (0 + 3 * 1/3) / 4 = 1/4 and stays otherwise
+    lake, player = parse_lake("PG")
+    mean = lambda q: sum(q) / len(q)  # noqa: E731
+    assert lake_values(lake, transition_table(lake), k, mean)[lake.index(player)] == pytest.approx(1 - (3 / 4) ** k)
+    assert lake_values(lake, transition_table(lake), k)[lake.index(player)] == pytest.approx(1 - (2 / 3) ** k)
 
 
 def test_frozen_lake_unreachable_goal_is_zero():
