@@ -58,6 +58,7 @@ from ragen.policy import Policy, load_policy
 from ragen.records import EpisodeSpec
 from ragen.report import read_steps_csv
 from ragen.rollout import run_episodes, summarize
+from ragen.train import step_specs
 from ragen.warmstart import scripted_responder
 
 
@@ -115,6 +116,21 @@ def success_by_moves(envs_dir: str, env: str, split: str, paired: pl.DataFrame) 
         if part.height:
             rows.append((bucket_label(lo, hi), part.height, part["base"].mean(), part["trained"].mean()))
     return rows
+
+
+def moves_per_step(cfg: Config, envs_dir: str, env: str, steps: int) -> list[float]:
+    """Mean optimal move count of the instances each step 0..steps-1 rolls out (`step_specs` over the train pool),
+    so a window of the rollout-success curve can be read against its instance mix (a pool in seed order is not
+    equally hard throughout)."""
+    pool = read_train_pool(envs_dir, env, cfg.train.max_optimal_moves)
+    table = read_instances(envs_dir, env, "train", ["seed", "optimal_moves"])
+    moves = dict(zip(table["seed"].to_list(), table["optimal_moves"].to_list()))
+    per_step = []
+    for step in range(steps):
+        known = [moves[spec.seed] for spec in step_specs(cfg, pool, step)[:: cfg.train.group_size]
+                 if moves[spec.seed] is not None]
+        per_step.append(sum(known) / len(known) if known else math.nan)
+    return per_step
 
 
 def random_success(cfg: Config, policy: Policy, envs_dir: str, env: str, split: str) -> float:
@@ -237,7 +253,8 @@ def main() -> None:
             by_moves.append((env, split, success_by_moves(envs_dir, env, split, paired)))
         fits.append((env, *pool_fit(cfg, base_policy, envs_dir, out / "policy", env)))
         timings.append((env, summary["train"]))
-        curves.append((env, read_steps_csv(out / "train_steps.csv")))
+        steps = read_steps_csv(out / "train_steps.csv")
+        curves.append((env, steps, moves_per_step(cfg, envs_dir, env, len(steps))))
     print(f"\n# learning benchmark | preset {args.preset} | {args.steps} steps | base {base_dir} | "
           f"instances {envs_dir} | success rate ± standard error")
     print(f"{'env':<12} {'split':<5} {'random':>6} {'base':>12} {'trained':>12} {'gap/se':>6} {'paired':>6} "
@@ -256,7 +273,7 @@ def main() -> None:
     for env, before, after, paired, n in fits:
         print(f"{env:<12} train-pool success at T {cfg.eval.temperature} (first {n} instances): base {before:.3f}, "
               f"trained {after:.3f}, paired gap/se {paired:.1f}")
-    for env, steps in curves:
+    for env, steps, moves in curves:
         # step 1 trains on the stage-filter batch (kept groups only), so its figures are not a fresh rollout
         success = [row["rollout/success_rate"] for row in steps[1:]]
         if not success:  # a one-step run has no fresh rollout to report
@@ -269,6 +286,9 @@ def main() -> None:
             spans = list(zip(bounds, bounds[1:]))
             print(f"{env:<12} train-pool rollout success in {WINDOWS} windows of steps: "
                   + " ".join(f"{lo + 2}-{hi + 1} {sum(success[lo:hi]) / (hi - lo):.3f}" for lo, hi in spans))
+            mix = moves[1:]  # the same steps' instances
+            print(f"{env:<12} mean optimal moves of those windows' instances: "
+                  + " ".join(f"{lo + 2}-{hi + 1} {sum(mix[lo:hi]) / (hi - lo):.2f}" for lo, hi in spans))
     for env, t in timings:
         per_step = t["timing/rollout_s_mean"] + t["timing/score_s_mean"] + t["timing/update_s_mean"]
         print(f"{env:<12} {per_step:.1f} s per step: rollout {t['timing/rollout_s_mean']:.2f}s "
