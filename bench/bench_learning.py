@@ -16,7 +16,8 @@ the eval temperature on the first eval.episodes instances of the train pool, wit
 and none on val is memorisation of the pool). Then the rollout success on the train pool over the first and the
 last 10 steps (what the policy learned on the instances it trains on, e.g. a `train.max_optimal_moves`
 curriculum), and over six equal windows of steps (with --train-size large enough that no instance comes twice,
-that curve is the success on unseen instances at the training temperature, on far more episodes than val has).
+that curve is the success on unseen instances at the training temperature, on far more episodes than val has),
+under it the mean optimal moves of each window's instances (a pool in seed order is not equally hard throughout).
 Last, seconds per training step split into rollout, scoring and update, with tokens per second.
 
 `--sft-base-steps N` starts from (and compares against) a base with some skill instead of the pipeline's warm base:
