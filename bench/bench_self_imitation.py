@@ -33,6 +33,7 @@ from bench_learning import paired_mean_se, played, stderr, train_pool_envs  # be
 
 from flows.common import read_instances, read_seeds, read_train_pool
 from ragen.config import load_config
+from ragen.filters import best_success_per_group
 from ragen.policy import Policy, load_policy
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import policy_responder, run_episodes
@@ -59,14 +60,15 @@ def own_rollouts(cfg, policy: Policy, env: str, seeds: list[int], rollouts: int,
 
 
 def successes(trajectories: list[Trajectory], shortest: bool) -> list[Trajectory]:
-    won = [t for t in trajectories if t.success]
+    """Every successful episode, or (`shortest`) each instance's best one: the training loop's rft filter,
+    `ragen.filters.best_success_per_group` (highest return, then fewest actions; each seed's rollouts are a group)."""
     if not shortest:
-        return won
-    best: dict[int, Trajectory] = {}
-    for t in won:
-        if t.seed not in best or t.num_actions < best[t.seed].num_actions:
-            best[t.seed] = t
-    return list(best.values())
+        return [t for t in trajectories if t.success]
+    keep = best_success_per_group(torch.tensor([t.traj_return for t in trajectories]),
+                                  torch.tensor([t.group_id for t in trajectories]),
+                                  torch.tensor([t.success for t in trajectories]),
+                                  torch.tensor([t.num_actions for t in trajectories]))
+    return [t for t, kept in zip(trajectories, keep.tolist()) if kept]
 
 
 def main() -> None:
