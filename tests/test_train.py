@@ -24,9 +24,13 @@ def tokenizer():
     return train_tokenizer(env_corpus(["frozen_lake"], 6), 320)
 
 
+def tiny_model(tokenizer, seed=0):
+    return build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                            intermediate_size=64, max_positions=2048, seed=seed).eval()
+
+
 def fresh_learner(tokenizer):
-    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                             intermediate_size=64, max_positions=2048, seed=0).eval()
+    model = tiny_model(tokenizer)
     critic = build_critic(model).eval()
     return Learner(Policy(model, tokenizer), critic, None, torch.optim.AdamW(model.parameters(), lr=1e-3),
                    torch.optim.AdamW(critic.parameters(), lr=1e-3))
@@ -130,10 +134,7 @@ def test_critic_warm_up_targets_are_the_returns_update_trains_on(tokenizer):
 def test_reference_logprobs_run_the_shared_prompt_once_with_the_full_pass_values(tokenizer):
     # with a KL, make_batch scores the kept rows under the frozen reference; the rows' common prompt runs once
     cfg = load_config(None, [*CFG, "algo.kl=loss_k3", "algo.kl_coef=0.05", "filter.keep_ratio=1.0"])
-    learner = fresh_learner(tokenizer)
-    learner = replace(learner, ref=build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2,
-                                                    num_kv_heads=1, intermediate_size=64, max_positions=2048,
-                                                    seed=1).eval())
+    learner = replace(fresh_learner(tokenizer), ref=tiny_model(tokenizer, seed=1))
     kept, scores, _ = select(cfg, collect(cfg, learner.policy, list(range(100, 110)), 0))
     batch, ref_logprobs = make_batch(cfg, learner, kept, scores)
     lp = shareable_prefix(batch.input_ids, batch.attention_mask, batch.loss_mask)
