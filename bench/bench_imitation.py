@@ -23,7 +23,7 @@ import json
 import time
 from pathlib import Path
 
-from bench_learning import instance_tables, stderr  # bench/ is on sys.path when this script runs
+from bench_learning import instance_tables  # bench/ is on sys.path when this script runs
 
 from flows.base import base as build_base
 from flows.common import read_seeds
@@ -85,7 +85,7 @@ def main() -> None:
           f"± standard error | {' '.join(args.overrides) or 'default model'}")
     print(f"{'env':<12} {'demos':>6} {'params':>7} {'base s':>7} {'fit':>6} {'val':>12} {'test':>12} {'ceiling':>7}")
     for env, demos, params, wall, fit, val, test in rows:
-        cells = [f"{s['success_rate']:>5.3f}±{stderr(s['success_rate'], s['episodes']):.3f}" for s in (val, test)]
+        cells = [f"{s['success_rate']:>5.3f}±{s['success_se']:.3f}" for s in (val, test)]
         print(f"{env:<12} {demos:>6} {params / 1e6:>6.2f}M {wall:>7.0f} {fit:>6.3f} {cells[0]:>12} {cells[1]:>12} "
               f"{val['success_ceiling']:>7.3f}")
 

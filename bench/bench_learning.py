@@ -54,7 +54,7 @@ from flows.common import read_instances, read_seeds, read_train_pool
 from flows.envgen import envgen
 from flows.evaluate import evaluate
 from ragen.config import Config, load_config
-from ragen.evaluation import evaluate_policy
+from ragen.evaluation import evaluate_policy, instance_success, mean_and_se
 from ragen.policy import Policy, load_policy
 from ragen.records import EpisodeSpec
 from ragen.report import read_steps_csv
@@ -66,36 +66,29 @@ from ragen.warmstart import scripted_responder
 WINDOWS = 6  # the train-pool rollout success curve is printed as this many window means
 
 
-def stderr(p: float, n: int) -> float:
-    """Binomial standard error of a success rate p over n episodes: sqrt(p (1 - p) / n)."""
-    return math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
-
-
-def paired_mean_se(d: list[float]) -> tuple[float, float]:
-    """Mean of per-episode differences d_i = success_trained_i - success_base_i and its paired standard error,
-    sd(d) / sqrt(n) with the unbiased sd: smaller than the unpaired one when the same instances are easy for both."""
-    mean = sum(d) / len(d)
-    return mean, math.sqrt(sum((x - mean) ** 2 for x in d) / max(len(d) - 1, 1) / len(d))
-
-
 def paired_episodes(envs_dir: str, out: Path, env: str, split: str, episodes: int) -> pl.DataFrame:
-    """Base and trained success (0/1) on the same val or test episodes (eval_base.parquet, eval.parquet): one row per
-    seed with `seed`, `base`, `trained`, in the split's order."""
+    """Base and trained success on the same val or test instances (eval_base.parquet, eval.parquet): one row per seed
+    with `seed`, `base`, `trained`, in the split's order; with eval.samples > 1 each is the instance's success rate
+    over its samples (both evaluations must have played the same number of samples)."""
     seeds = read_seeds(envs_dir, env, split)[:episodes]
-    columns = ["tag", "seed", "success"]
-    trained = pl.read_parquet(out / "eval.parquet", columns=columns).rename({"success": "trained"})
-    base = pl.read_parquet(out / "eval_base.parquet", columns=columns).rename({"success": "base"})
-    both = (trained.join(base, on=["tag", "seed"]).filter((pl.col("tag") == env) & pl.col("seed").is_in(seeds))
-            .select("seed", pl.col("base").cast(pl.Float64), pl.col("trained").cast(pl.Float64)))
-    if both.height != len(seeds):
-        raise ValueError(f"{out}: {both.height} paired {env} {split} episodes, expected {len(seeds)}; "
-                         "rerun without --reuse")
-    return pl.DataFrame({"seed": seeds}).join(both, on="seed", how="left")
+
+    def per_seed(path: Path, name: str) -> pl.DataFrame:
+        table = pl.read_parquet(path, columns=["tag", "seed", "success"]).filter(pl.col("tag") == env)
+        return table.group_by("seed").agg(pl.col("success").cast(pl.Float64).mean().alias(name),
+                                          pl.len().alias(f"{name}_samples"))
+
+    both = (per_seed(out / "eval.parquet", "trained").join(per_seed(out / "eval_base.parquet", "base"), on="seed")
+            .filter(pl.col("seed").is_in(seeds)))
+    if both.height != len(seeds) or both["trained_samples"].n_unique() != 1 or \
+            not both["trained_samples"].equals(both["base_samples"]):
+        raise ValueError(f"{out}: {both.height} {env} {split} instances played as often by base and trained policy, "
+                         f"expected {len(seeds)}; rerun without --reuse")
+    return pl.DataFrame({"seed": seeds}).join(both.select("seed", "base", "trained"), on="seed", how="left")
 
 
 def paired_gap(both: pl.DataFrame) -> tuple[float, float]:
-    """Trained-minus-base success over `paired_episodes` and its paired standard error (`paired_mean_se`)."""
-    return paired_mean_se((both["trained"] - both["base"]).to_list())
+    """Trained-minus-base success over `paired_episodes` and its paired standard error (`mean_and_se`)."""
+    return mean_and_se((both["trained"] - both["base"]).to_list())
 
 
 MOVE_BUCKETS = ((1, 3), (4, 6), (7, 10), (11, None))  # the solver's optimal moves; > 10 is past the action budget
@@ -180,10 +173,11 @@ def train_pool_envs(envs: list[str], train_size: int, reuse: bool) -> str:
 
 
 def played(cfg: Config, policy: Policy, env: str, seeds: list[int]) -> list[float]:
-    """Success (0/1) of one episode per seed at the eval temperature, in the seeds' order."""
+    """Success rate of each seed over eval.samples episodes at the eval temperature (0/1 with one), in the seeds'
+    order."""
     _, trajectories = evaluate_policy(policy, env, seeds, cfg.rollout, temperature=cfg.eval.temperature,
-                                      seed=cfg.train.seed)
-    return [float(t.success) for t in trajectories]
+                                      seed=cfg.train.seed, samples=cfg.eval.samples)
+    return instance_success(trajectories, len(seeds))
 
 
 def pool_fit(cfg: Config, base_policy: Policy, envs_dir: str, policy_dir: Path, env: str
@@ -193,7 +187,7 @@ def pool_fit(cfg: Config, base_policy: Policy, envs_dir: str, policy_dir: Path, 
     its standard error, and the episode count. A gain here without one on val is memorisation of the pool."""
     seeds = read_train_pool(envs_dir, env, cfg.train.max_optimal_moves)[: cfg.eval.episodes]
     success = [played(cfg, policy, env, seeds) for policy in (base_policy, load_policy(str(policy_dir), device="cpu"))]
-    mean, se = paired_mean_se([t - b for b, t in zip(*success)])
+    mean, se = mean_and_se([t - b for b, t in zip(*success)])
     return sum(success[0]) / len(seeds), sum(success[1]) / len(seeds), mean / max(se, 1e-9), len(seeds)
 
 
@@ -249,7 +243,8 @@ def main() -> None:
             trained, before = summary["eval"][env][split], base[env][split]
             paired = paired_episodes(envs_dir, out, env, split, cfg.eval.episodes)
             gap, paired_se = paired_gap(paired)
-            rows.append((env, split, random_success(cfg, base_policy, envs_dir, env, split), before, trained,
+            ses = [mean_and_se(paired[name].to_list())[1] for name in ("base", "trained")]  # over instances
+            rows.append((env, split, random_success(cfg, base_policy, envs_dir, env, split), before, trained, ses,
                          gap / max(paired_se, 1e-9), wall))
             by_moves.append((env, split, success_by_moves(envs_dir, env, split, paired)))
         fits.append((env, *pool_fit(cfg, base_policy, envs_dir, out / "policy", env)))
@@ -257,12 +252,10 @@ def main() -> None:
         steps = read_steps_csv(out / "train_steps.csv")
         curves.append((env, steps, moves_per_step(cfg, envs_dir, env, len(steps))))
     print(f"\n# learning benchmark | preset {args.preset} | {args.steps} steps | base {base_dir} | "
-          f"instances {envs_dir} | success rate ± standard error")
+          f"instances {envs_dir} | success rate ± standard error over instances, {cfg.eval.samples} episode(s) each")
     print(f"{'env':<12} {'split':<5} {'random':>6} {'base':>12} {'trained':>12} {'gap/se':>6} {'paired':>6} "
           f"{'ceiling':>7} {'of ceiling':>10} {'train wall s':>12}")
-    for env, split, rand, before, trained, paired, wall in rows:
-        n = trained["episodes"]
-        se_b, se_t = stderr(before["success_rate"], n), stderr(trained["success_rate"], n)
+    for env, split, rand, before, trained, (se_b, se_t), paired, wall in rows:
         gap = (trained["success_rate"] - before["success_rate"]) / max(math.hypot(se_b, se_t), 1e-9)
         print(f"{env:<12} {split:<5} {rand:>6.3f} {before['success_rate']:>6.3f}±{se_b:.3f} "
               f"{trained['success_rate']:>6.3f}±{se_t:.3f} {gap:>6.1f} {paired:>6.1f} {trained['success_ceiling']:>7.3f} "

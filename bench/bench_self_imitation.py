@@ -29,10 +29,11 @@ import time
 from pathlib import Path
 
 import torch
-from bench_learning import paired_mean_se, played, stderr, train_pool_envs  # bench/ is on sys.path when this script runs
+from bench_learning import played, train_pool_envs  # bench/ is on sys.path when this script runs
 
 from flows.common import read_instances, read_seeds, read_train_pool
 from ragen.config import load_config
+from ragen.evaluation import mean_and_se
 from ragen.filters import best_success_per_group
 from ragen.policy import Policy, load_policy
 from ragen.records import EpisodeSpec, Trajectory
@@ -121,9 +122,9 @@ def main() -> None:
     print(f"\n| split (T {cfg.eval.temperature}) | episodes | base | self-imitation | paired gap |")
     print("|---|---|---|---|---|")
     for name, (seeds, (base, mine)) in results.items():
-        n, b, m = len(seeds), sum(base) / len(base), sum(mine) / len(mine)
-        mean, se = paired_mean_se([y - x for x, y in zip(base, mine)])
-        print(f"| {name} | {n} | {b:.3f} ± {stderr(b, n):.3f} | {m:.3f} ± {stderr(m, n):.3f} | "
+        (b, se_b), (m, se_m) = mean_and_se(base), mean_and_se(mine)
+        mean, se = mean_and_se([y - x for x, y in zip(base, mine)])
+        print(f"| {name} | {len(seeds)} | {b:.3f} ± {se_b:.3f} | {m:.3f} ± {se_m:.3f} | "
               f"{mean / max(se, 1e-9):+.1f} SE |")
 
 

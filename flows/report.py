@@ -48,9 +48,10 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, steps_rows: list[dict[str,
         f"Val success of `{env}` at temperature {cfg.eval.temperature}: **{start:.3f} before RL -> {final:.3f} after "
         f"{cfg.train.steps} steps**.",
         "",
-        markdown_table(["env", "split", "success", "ceiling", "of ceiling", "return", "format-valid", "episodes"],
-                       [(tag, split, r["success_rate"], r["success_ceiling"], f"{r['success_of_ceiling']:.1%}",
-                         r["return_mean"], r["format_valid_rate"], r["episodes"])
+        markdown_table(["env", "split", "success", "± se", "ceiling", "of ceiling", "return", "format-valid",
+                        "episodes"],
+                       [(tag, split, r["success_rate"], r["success_se"], r["success_ceiling"],
+                         f"{r['success_of_ceiling']:.1%}", r["return_mean"], r["format_valid_rate"], r["episodes"])
                         for tag, splits in evaluation.items() for split, r in splits.items()]),
         "",
         "## Training curves",

@@ -164,6 +164,7 @@ class EvalConfig:
 
     temperature: float = 0.5  # RAGEN's validation temperature
     episodes: int = 256  # instances per split (at most the split's size); RAGEN validates on 256 fixed seeds
+    samples: int = 1  # episodes per instance (RAGEN: 1); more estimate each instance's success rate more tightly
 
 
 @dataclass
@@ -299,6 +300,8 @@ def validate(config: Config) -> None:
     if a.outcome != "return" and a.reward_placement != "last":
         raise ConfigError(f"algo.outcome {a.outcome} scores whole trajectories, so it needs algo.reward_placement=last "
                           f"(per-turn rewards are the env's own)")
+    if config.eval.samples < 1:
+        raise ConfigError(f"eval.samples must be >= 1 (episodes per val or test instance), got {config.eval.samples}")
     if config.train.ppo_epochs < 1:
         raise ConfigError(f"train.ppo_epochs must be >= 1, got {config.train.ppo_epochs}")
     if config.train.max_optimal_moves < 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -13,11 +14,44 @@ from ragen.rollout import policy_responder, run_episodes, summarize
 
 
 def evaluate_policy(policy: Policy, tag: str, seeds: Sequence[int], cfg: RolloutConfig, *, temperature: float,
-                    seed: int = 0) -> tuple[dict[str, float], list[Trajectory]]:
-    """Play one episode per seed at `temperature` (RAGEN validates at 0.5); returns the summary and trajectories."""
+                    seed: int = 0, samples: int = 1) -> tuple[dict[str, float], list[Trajectory]]:
+    """Play `samples` episodes per seed at `temperature` (RAGEN validates one per seed at 0.5).
+
+    Pass r plays every seed once; all passes draw from one random stream seeded by `seed`, so pass 0 is the
+    one-sample evaluation and more samples only add episodes. Returns the summary over all episodes, with
+    `success_se` (the standard error of the success rate over instances, `instance_success`), and the
+    trajectories pass by pass (len(seeds) * samples of them).
+    """
+    if samples < 1:
+        raise ValueError(f"eval.samples must be at least 1 (episodes per instance), got {samples}")
     specs = [EpisodeSpec(tag, s, i) for i, s in enumerate(seeds)]
     generator = torch.Generator(policy.model.device).manual_seed(seed)  # on the model's device: CUDA samples there
     responder = policy_responder(policy, cfg, temperature=temperature, generator=generator)
-    trajectories = run_episodes(specs, responder, policy.renderer(cfg.enable_think), cfg,
-                                max_positions=policy.model.config.max_position_embeddings)
-    return summarize(trajectories), trajectories
+    trajectories = []
+    for _ in range(samples):
+        trajectories += run_episodes(specs, responder, policy.renderer(cfg.enable_think), cfg,
+                                     max_positions=policy.model.config.max_position_embeddings)
+    _, se = mean_and_se(instance_success(trajectories, len(seeds)))
+    return {**summarize(trajectories), "success_se": se}, trajectories
+
+
+def instance_success(trajectories: Sequence[Trajectory], instances: int) -> list[float]:
+    """Success rate of each instance over its samples, from trajectories laid out pass by pass:
+    s_i = mean_r success[r * instances + i]; one float per instance, in the seeds' order."""
+    if instances < 1 or len(trajectories) % instances:
+        raise ValueError(f"{len(trajectories)} trajectories are not whole passes over {instances} instances")
+    samples = len(trajectories) // instances
+    return [sum(trajectories[r * instances + i].success for r in range(samples)) / samples for i in range(instances)]
+
+
+def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean of per-instance values x_i and its standard error over instances, sd(x) / sqrt(n) with the unbiased sd
+    (0 for fewer than two). For x_i = success_a_i - success_b_i on the same instances this is the paired standard
+    error, smaller than the unpaired one when the same instances are easy for both policies."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("no values: a mean over zero instances is undefined")
+    mean = sum(values) / n
+    if n < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in values) / (n - 1) / n)

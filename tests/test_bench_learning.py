@@ -25,3 +25,23 @@ def test_moves_per_step_follows_the_pool_in_step_order(tmp_path):
                              "train.max_optimal_moves=3"])
     # pool [10, 12, 13, 15, 16] (moves 1, 3, 2, 2, 1); step s plays pool[2s], pool[2s + 1], wrapping around
     assert bench_learning.moves_per_step(cfg, str(tmp_path), "sokoban", 4) == pytest.approx([2.0, 2.0, 1.0, 2.5])
+
+
+def test_paired_episodes_average_each_instance_over_its_samples(tmp_path):
+    (tmp_path / "sokoban").mkdir()
+    pl.DataFrame({"seed": [7, 3, 5]}).write_parquet(tmp_path / "sokoban" / "val.parquet")
+    # two passes over the first two val instances (7, 3), pass by pass, as evaluate writes them; a frozen_lake row
+    # with the same seed belongs to another env
+    pl.DataFrame({"tag": ["sokoban"] * 4 + ["frozen_lake"], "seed": [7, 3, 7, 3, 7],
+                  "success": [True, False, True, True, False]}).write_parquet(tmp_path / "eval.parquet")
+    pl.DataFrame({"tag": ["sokoban"] * 4, "seed": [7, 3, 7, 3],
+                  "success": [False, False, True, False]}).write_parquet(tmp_path / "eval_base.parquet")
+    both = bench_learning.paired_episodes(str(tmp_path), tmp_path, "sokoban", "val", 2)
+    assert both.to_dicts() == [{"seed": 7, "base": 0.5, "trained": 1.0}, {"seed": 3, "base": 0.0, "trained": 0.5}]
+    gap, se = bench_learning.paired_gap(both)  # differences 0.5, 0.5: a gap of 0.5 with no spread
+    assert (gap, se) == (0.5, 0.0)
+    # a base evaluated with fewer samples than the trained policy is not a pair
+    pl.DataFrame({"tag": ["sokoban"] * 2, "seed": [7, 3],
+                  "success": [False, False]}).write_parquet(tmp_path / "eval_base.parquet")
+    with pytest.raises(ValueError, match="played as often by base and trained policy"):
+        bench_learning.paired_episodes(str(tmp_path), tmp_path, "sokoban", "val", 2)

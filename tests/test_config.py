@@ -37,6 +37,7 @@ def write(tmp_path, text):
         ("algo:\n  outcome: best_success\n  reward_placement: turn\n", "needs algo.reward_placement=last"),
         ("envs:\n  tags: [bandit]\nbase:\n  envs: [sokoban]\n", "base.envs: ['sokoban'] not in envs.tags"),
         ("base:\n  envs: [sokoban, sokoban]\n", "base.envs: duplicate tags in ['sokoban', 'sokoban']; name each"),
+        ("eval:\n  samples: 0\n", "eval.samples must be >= 1"),
     ],
 )
 def test_bad_params_name_the_key(tmp_path, text, message):
