@@ -1,19 +1,12 @@
-"""bench/bench_learning.py: the instance mix behind each step of the rollout-success curve."""
-
-import importlib.util
-import sys
-from pathlib import Path
+"""bench/bench_learning.py: the instance mix behind each step of the rollout-success curve, and paired instances."""
 
 import polars as pl
 import pytest
 
+from benchload import load_bench
 from ragen.config import load_config
 
-BENCH = Path(__file__).parents[1] / "bench"
-sys.path.insert(0, str(BENCH))  # as when the script runs from bench/
-spec = importlib.util.spec_from_file_location("bench_learning", BENCH / "bench_learning.py")
-bench_learning = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench_learning)
+bench_learning = load_bench("bench_learning")
 
 
 def test_moves_per_step_follows_the_pool_in_step_order(tmp_path):

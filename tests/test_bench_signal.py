@@ -1,19 +1,12 @@
 """bench/bench_signal.py: exact first-action values against hand-computed cases and the solvers."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
+from benchload import load_bench
 from ragen.envs.solvers import frozen_lake_success_probability, sokoban_min_moves
 from ragen.envs.sokoban import parse_board
 
-BENCH = Path(__file__).parents[1] / "bench"
-sys.path.insert(0, str(BENCH))  # bench scripts import their siblings (bench_learning), as when run from bench/
-spec = importlib.util.spec_from_file_location("bench_signal", BENCH / "bench_signal.py")
-bench_signal = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench_signal)
+bench_signal = load_bench("bench_signal")
 RANDOM, OPTIMAL = bench_signal.BACKUPS["random"], bench_signal.BACKUPS["optimal"]
 
 ONE_PUSH = "######\n######\n######\n###__#\n#PXO_#\n######"  # Right pushes the box onto its target
