@@ -24,6 +24,9 @@ def evaluate_policy(policy: Policy, tag: str, seeds: Sequence[int], cfg: Rollout
     """
     if samples < 1:
         raise ValueError(f"eval.samples must be at least 1 (episodes per instance), got {samples}")
+    if not seeds:
+        raise ValueError(f"no {tag} instances to evaluate: eval.episodes (stage evaluate) and train.eval_episodes "
+                         "(val during training) must be at least 1")
     specs = [EpisodeSpec(tag, s, i) for i, s in enumerate(seeds)]
     generator = torch.Generator(policy.model.device).manual_seed(seed)  # on the model's device: CUDA samples there
     responder = policy_responder(policy, cfg, temperature=temperature, generator=generator)

@@ -47,6 +47,8 @@ def test_more_samples_extend_the_one_sample_evaluation(policy):
     assert one["success_se"] == pytest.approx(mean_and_se([float(t.success) for t in first])[1])
     with pytest.raises(ValueError, match="eval.samples must be at least 1"):
         evaluate_policy(policy, "frozen_lake", seeds, cfg, temperature=1.0, samples=0)
+    with pytest.raises(ValueError, match="no frozen_lake instances to evaluate: eval.episodes"):
+        evaluate_policy(policy, "frozen_lake", [], cfg, temperature=1.0)
 
 
 def test_instance_success_needs_whole_passes(policy):
