@@ -21,7 +21,7 @@ import argparse
 import time
 
 import polars as pl
-from bench_learning import played, success_by_moves  # bench/ is on sys.path when this script runs
+from bench_learning import paired_gap, played, success_by_moves  # bench/ is on sys.path when this script runs
 
 from flows.common import read_seeds
 from ragen.config import load_config
@@ -47,7 +47,7 @@ def main() -> None:
         rates = {name: played(cfg, policy, args.env, seeds) for name, policy in policies.items()}
         paired = pl.DataFrame({"seed": seeds, **rates})
         rows.append((split, len(seeds), *(mean_and_se(rates[name]) for name in ("base", "trained")),
-                     mean_and_se([t - b for b, t in zip(rates["base"], rates["trained"])]),
+                     paired_gap(paired),
                      success_by_moves(args.envs_dir, args.env, split, paired)))
     print(f"\n# paired evaluation | {args.env} | {args.samples} episodes per instance at T {cfg.eval.temperature} | "
           f"base {args.base} | trained {args.trained} | {time.perf_counter() - start:.0f} s")
