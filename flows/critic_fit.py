@@ -2,11 +2,11 @@
 
 The critic starts as a copy of the base policy with a zero value head, then regresses V_t onto Monte Carlo value
 targets for `critic.warmup_epochs` passes. The rollouts are batched as update's first step batches them (returns
-normalised within groups by algo.reward_norm, rewards placed by algo.reward_placement), and the targets are the
-advantage estimator's returns with no values (`ragen.advantages.value_targets`): with gae, gamma = 1 and the
-return on the last token every token's target is R; with bilevel_gae and per-turn rewards a token's target is the
-discounted sum of its own and later turns' rewards. With GRPO (algo.advantage grpo) there is no critic and the
-stage records that.
+normalised by algo.reward_norm as stage filter stored them, rewards placed by algo.reward_placement), and the
+targets are the advantage estimator's returns with no values (`ragen.advantages.value_targets`): with gae,
+gamma = 1 and the return on the last token every token's target is R; with bilevel_gae and per-turn rewards a
+token's target is the discounted sum of its own and later turns' rewards. With GRPO (algo.advantage grpo) there is
+no critic and the stage records that.
 
 Run: `python -m flows.critic_fit [key=value ...]`.
 """
@@ -25,7 +25,7 @@ from ragen.policy.model import build_critic, save_meta, save_model
 from ragen.policy.scoring import shareable_prefix, token_values
 from ragen.tracking import MlflowTracker
 from ragen.train import return_batch, select
-from ragen.trajectory_io import read_trajectories
+from ragen.trajectory_io import read_scores, read_trajectories
 from ragen.update import uses_critic
 
 
@@ -44,7 +44,7 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
         torch.manual_seed(cfg.train.seed)
         critic = build_critic(policy.model)
         optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr, weight_decay=cfg.train.weight_decay)
-        kept, scores, _ = select(cfg, trajectories, already_filtered=True)  # all of them, returns normalised
+        kept, scores, _ = select(cfg, trajectories, already_filtered=True, scores=read_scores(rollouts))  # all of them
         batch = return_batch(cfg, policy, kept, scores)
         targets = value_targets(batch.token_rewards, batch.loss_mask, batch.turn_end_mask, advantage=cfg.algo.advantage,
                                 gamma=cfg.algo.gamma, turn_gamma=cfg.algo.turn_gamma)  # (B, T)

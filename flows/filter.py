@@ -1,5 +1,8 @@
 """Stage filter: StarPO-S uncertainty filtering of the base rollouts -> data/rollouts/filtered.parquet.
 
+The kept trajectories carry their normalised returns (`score`): with algo.reward_norm_grouping inductive or batch
+they are normalised over the whole rollout batch, which critic_fit and update's first step no longer see.
+
 Run: `python -m flows.filter [key=value ...]`.
 """
 
@@ -21,14 +24,14 @@ def filter_rollouts(params: str = "params.yaml", overrides: list[str] | None = N
     cfg = load_config(params, overrides or [])
     trajectories = read_trajectories(rollouts)
     with MlflowTracker.for_stage(cfg, "filter") as tracker:
-        kept, _, metrics = select(cfg, trajectories)
+        kept, scores, metrics = select(cfg, trajectories)
         if not kept:  # filter.within best_success without a success, or filter.mode nonzero without a spread
             raise ValueError(f"filter: kept none of the {len(trajectories)} base rollouts in {rollouts} "
                              f"({sum(t.success for t in trajectories)} succeeded; filter.within best_success keeps "
                              "successes only, filter.mode nonzero only groups whose scores differ), so update's "
                              "first step has nothing to train on; roll out more (train.groups, train.group_size) or "
                              "easier instances (train.max_optimal_moves), or use filter.within=all, filter.mode=std")
-        write_trajectories(out, kept)
+        write_trajectories(out, kept, scores=scores.tolist())  # normalised before filtering
         tracker.log_metrics(metrics)
         write_json(metrics_path, metrics)
         print(f"filter | kept {len(kept)}/{len(trajectories)} trajectories | reward-std mass kept "

@@ -28,7 +28,7 @@ from ragen.policy import load_policy
 from ragen.policy.model import load_critic, read_meta, save_meta, save_model
 from ragen.tracking import MlflowTracker
 from ragen.train import Learner, train_step
-from ragen.trajectory_io import read_trajectories, sample_table
+from ragen.trajectory_io import read_scores, read_trajectories, sample_table
 from ragen.update import uses_critic
 
 # step curves also logged on the parent pipeline run, so pipeline runs (ablation variants) chart side by side
@@ -69,7 +69,7 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
     cfg = load_config(params, overrides or [])
     pool = read_train_pool(envs_dir, cfg.train.env, cfg.train.max_optimal_moves)
     val_seeds = read_seeds(envs_dir, cfg.train.env, "val")[: cfg.train.eval_episodes]
-    first_batch = read_trajectories(rollouts)
+    first_batch, first_scores = read_trajectories(rollouts), read_scores(rollouts)
     learner = make_learner(cfg, base_dir, critic_dir)
     digest, history, start_step = config_digest(cfg)[:16], [], 0
     ckpt = Path(checkpoint_dir)
@@ -88,7 +88,8 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
                 summary, _ = evaluate_policy(learner.policy, cfg.train.env, val_seeds, cfg.rollout,
                                              temperature=cfg.eval.temperature, seed=cfg.train.seed)
                 metrics[f"val/{cfg.train.env}/success"] = summary["success_rate"]
-            metrics |= train_step(cfg, learner, pool, step, first_batch=first_batch if step == 0 else None)
+            metrics |= train_step(cfg, learner, pool, step, first_batch=first_batch if step == 0 else None,
+                                  first_scores=first_scores if step == 0 else None)
             tracker.log_metrics(metrics, step=step)
             tracker.log_to_pipeline({k: v for k, v in metrics.items() if k in PIPELINE_CURVES or k.startswith("val/")},
                                     step=step)

@@ -8,6 +8,8 @@ values outside the loss mask count as 0.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
 
@@ -169,9 +171,32 @@ def compute_rft_advantages(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch
     return advantages, advantages
 
 
+def normalization_groups(group_ids: torch.Tensor, tags: Sequence[str], grouping: str) -> torch.Tensor:
+    """The groups `normalize_returns` normalises within (RAGEN reward_normalization.grouping):
+
+        state:     the rollouts of one initial state, i.e. the trajectory's group_id
+        inductive: every rollout of the same env tag
+        batch:     the whole batch, one group
+
+    Args:
+        group_ids: (B,) long. tags: B env tags.
+    Returns:
+        (B,) long group index of each trajectory.
+    """
+    if grouping == "state":
+        return group_ids.clone()
+    if grouping == "inductive":
+        index = {tag: i for i, tag in enumerate(dict.fromkeys(tags))}  # in order of first appearance
+        return torch.tensor([index[tag] for tag in tags], dtype=torch.long)
+    if grouping == "batch":
+        return torch.zeros_like(group_ids)
+    raise ValueError(f"unknown reward normalisation grouping {grouping!r}; use state, inductive or batch")
+
+
 def normalize_returns(traj_returns: torch.Tensor, group_ids: torch.Tensor, *, method: str,
                       eps: float = 1e-6) -> torch.Tensor:
-    """RAGEN's score normalisation within each group (state grouping): identity | mean | mean_std | asym_clip.
+    """RAGEN's score normalisation within each group of `group_ids` (the trajectories' own groups, or those of
+    `normalization_groups`): identity | mean | mean_std | asym_clip.
 
         mean:      R - mean_g
         mean_std:  (R - mean_g) / (std_g + eps), or 0 where std_g <= eps (unbiased std)

@@ -122,7 +122,10 @@ class AlgoConfig:
     gamma: float = 1.0  # GAE discount (between tokens)
     lam: float = 1.0  # GAE lambda (both levels)
     turn_gamma: float = 0.95  # bilevel_gae: discount between turns (RAGEN high_level_gamma)
-    reward_norm: str = "identity"  # return normalisation within each group: identity | mean | mean_std | asym_clip
+    reward_norm: str = "identity"  # return normalisation: identity | mean | mean_std | asym_clip
+    # over which trajectories reward_norm normalises (RAGEN reward_normalization.grouping): state (the N rollouts of
+    # one initial state) | inductive (every rollout of one env tag) | batch (the whole step's batch)
+    reward_norm_grouping: str = "state"
     clip_eps_low: float = 0.2  # ratio clipped below at 1 - eps_low
     clip_eps_high: float = 0.28  # ratio clipped above at 1 + eps_high (StarPO-S clip-higher; vanilla 0.2)
     dual_clip: float = 0.0  # dual-clip constant c for negative advantages (RAGEN main: 3); 0 = off
@@ -277,6 +280,7 @@ def validate(config: Config) -> None:
                "filter.within": (config.filter.within, ("all", "best_success")),
                "algo.advantage": (a.advantage, ("gae", "bilevel_gae", "grpo", "rft")),
                "algo.reward_norm": (a.reward_norm, ("identity", "mean", "mean_std", "asym_clip")),
+               "algo.reward_norm_grouping": (a.reward_norm_grouping, ("state", "inductive", "batch")),
                "algo.kl": (a.kl, ("none", "reward_k1", "loss_k1", "loss_k3")),
                "algo.aggregation": (a.aggregation, ("token-mean", "seq-mean-token-mean")),
                "algo.loss_mask": (a.loss_mask, ("assistant", "all")),

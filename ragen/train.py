@@ -4,7 +4,7 @@ Each step:
   1. roll out P groups x N rollouts of the train env; group g of step k starts from train-pool seed
      pool[(k * P + g) % len(pool)], shared by its N rollouts (common random numbers);
   2. returns = env rewards + format penalties (or 1 for each group's best success, 0 else: algo.outcome),
-     normalised within groups (algo.reward_norm);
+     normalised (algo.reward_norm) within the groups of algo.reward_norm_grouping (initial state, env or batch);
   3. keep whole groups by in-group return std (filter.keep_ratio; 1 keeps all: vanilla StarPO), or of each
      only its best success (filter.within best_success);
   4. score: batch the kept trajectories, re-score their old log-probs and values, fold the KL into the reward if
@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 from transformers import PreTrainedModel
 
-from ragen.advantages import normalize_returns
+from ragen.advantages import normalization_groups, normalize_returns
 from ragen.batching import RolloutBatch, build_batch
 from ragen.config import Config
 from ragen.filters import best_success_per_group, filter_groups_by_reward_std, group_stds
@@ -70,11 +70,14 @@ def collect(cfg: Config, policy: Policy, pool: Sequence[int], step: int) -> list
                         max_positions=policy.model.config.max_position_embeddings)
 
 
-def select(cfg: Config, trajectories: Sequence[Trajectory], *, already_filtered: bool = False
-           ) -> tuple[list[Trajectory], torch.Tensor, dict[str, float]]:
+def select(cfg: Config, trajectories: Sequence[Trajectory], *, already_filtered: bool = False,
+           scores: Sequence[float] | None = None) -> tuple[list[Trajectory], torch.Tensor, dict[str, float]]:
     """Normalise returns and filter groups -> kept trajectories, their (normalised) returns, filter metrics.
 
     `already_filtered` (the stage-filter batch of step 1) keeps every group: filtering twice would drop more.
+    `scores` are the normalised returns stage filter computed before it filtered (its output's score column); the
+    filtered batch needs them unless algo.reward_norm_grouping is state: over a whole batch or env the filter has
+    dropped members of the normalisation group, so normalising again would give other scores.
     """
     returns = torch.tensor([t.traj_return for t in trajectories])  # (B,)
     group_ids = torch.tensor([t.group_id for t in trajectories])  # (B,)
@@ -82,8 +85,17 @@ def select(cfg: Config, trajectories: Sequence[Trajectory], *, already_filtered:
     if "best_success" in (cfg.algo.outcome, cfg.filter.within):
         best = best_success_per_group(returns, group_ids, torch.tensor([t.success for t in trajectories]),
                                       torch.tensor([t.num_actions for t in trajectories]))
-    outcome = best.float() if cfg.algo.outcome == "best_success" else returns  # (B,)
-    scores = normalize_returns(outcome, group_ids, method=cfg.algo.reward_norm)  # (B,)
+    if scores is not None:
+        if len(scores) != len(trajectories):
+            raise ValueError(f"{len(scores)} stored scores for {len(trajectories)} trajectories; rerun stage filter")
+        scores = torch.tensor(list(scores), dtype=torch.float32)  # (B,)
+    elif already_filtered and cfg.algo.reward_norm != "identity" and cfg.algo.reward_norm_grouping != "state":
+        raise ValueError(f"algo.reward_norm_grouping {cfg.algo.reward_norm_grouping}: the filtered batch has no "
+                         "scores normalised before filtering; rerun stage filter (dvc repro filter), which stores them")
+    else:
+        outcome = best.float() if cfg.algo.outcome == "best_success" else returns  # (B,)
+        norm_groups = normalization_groups(group_ids, [t.tag for t in trajectories], cfg.algo.reward_norm_grouping)
+        scores = normalize_returns(outcome, norm_groups, method=cfg.algo.reward_norm)  # (B,)
     keep_ratio = 1.0 if already_filtered else cfg.filter.keep_ratio
     mode = "std" if already_filtered else cfg.filter.mode
     keep, stats = filter_groups_by_reward_std(scores, group_ids, keep_ratio, mode)
@@ -120,12 +132,16 @@ def make_batch(cfg: Config, learner: Learner, kept: Sequence[Trajectory], scores
 
 
 def train_step(cfg: Config, learner: Learner, pool: Sequence[int], step: int,
-               first_batch: Sequence[Trajectory] | None = None) -> dict[str, float]:
-    """One full step; `first_batch` replaces the rollout (stage update's step 1 uses the filtered base rollouts)."""
+               first_batch: Sequence[Trajectory] | None = None,
+               first_scores: Sequence[float] | None = None) -> dict[str, float]:
+    """One full step; `first_batch` replaces the rollout (stage update's step 1 uses the filtered base rollouts,
+    with `first_scores`, their normalised returns from stage filter; see `select`)."""
     start = time.perf_counter()
     trajectories = list(first_batch) if first_batch is not None else collect(cfg, learner.policy, pool, step)
     rollout_s = time.perf_counter() - start
-    kept, scores, metrics = select(cfg, trajectories, already_filtered=first_batch is not None)
+    filtered = first_batch is not None
+    kept, scores, metrics = select(cfg, trajectories, already_filtered=filtered,
+                                   scores=first_scores if filtered else None)
     score_s = update_s = 0.0
     stats, trained_tokens = {"actor/skipped_steps": 1.0}, 0  # nothing kept (best_success, no success): no update
     if kept:

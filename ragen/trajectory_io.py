@@ -35,10 +35,17 @@ def from_frame(frame: pl.DataFrame) -> list[Trajectory]:
     return out
 
 
-def write_trajectories(path: str | Path, trajectories: Sequence[Trajectory]) -> None:
-    """Atomic parquet write (temp file in the same folder, then rename)."""
+def write_trajectories(path: str | Path, trajectories: Sequence[Trajectory],
+                       scores: Sequence[float] | None = None) -> None:
+    """Atomic parquet write (temp file in the same folder, then rename); `scores` (one per trajectory, e.g. stage
+    filter's normalised returns) go to a `score` column that `read_scores` returns."""
+    frame = to_frame(trajectories)
+    if scores is not None:
+        if len(scores) != len(trajectories):
+            raise ValueError(f"{len(scores)} scores for {len(trajectories)} trajectories")
+        frame = frame.with_columns(pl.Series("score", [float(x) for x in scores], dtype=pl.Float64))
     with staged_file(path) as tmp:
-        to_frame(trajectories).write_parquet(tmp)
+        frame.write_parquet(tmp)
 
 
 def read_trajectories(path: str | Path) -> list[Trajectory]:
@@ -46,6 +53,16 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; run the stage that writes it first (dvc repro)")
     return from_frame(pl.read_parquet(path))
+
+
+def read_scores(path: str | Path) -> list[float] | None:
+    """The `score` column `write_trajectories` stored, in row order; None for a file written without one."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; run the stage that writes it first (dvc repro)")
+    if "score" not in pl.read_parquet_schema(path):
+        return None
+    return pl.read_parquet(path, columns=["score"])["score"].to_list()
 
 
 def sample_table(trajectories: Sequence[Trajectory], limit: int = 32) -> dict[str, list]:

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from ragen.advantages import (compute_bilevel_gae, compute_gae, compute_grpo_advantages, compute_rft_advantages,
-                              masked_mean, normalize_returns, place_rewards, value_targets, whiten)
+                              masked_mean, normalization_groups, normalize_returns, place_rewards, value_targets,
+                              whiten)
 
 
 def test_gae_with_gamma_lambda_one_is_return_minus_value():
@@ -82,6 +83,25 @@ def test_normalize_returns_methods():
     wide = torch.tensor([0.0, 0.0, 0.0, 0.0, 100.0])
     clipped = normalize_returns(wide, torch.zeros(5, dtype=torch.long), method="asym_clip")
     assert clipped.max() <= 3.0 and clipped.min() >= -1.0
+
+
+def test_normalization_groups_by_state_env_or_batch():
+    group_ids = torch.tensor([0, 0, 1, 1, 2])
+    tags = ["sokoban", "sokoban", "frozen_lake", "frozen_lake", "sokoban"]
+    assert normalization_groups(group_ids, tags, "state").tolist() == [0, 0, 1, 1, 2]
+    assert normalization_groups(group_ids, tags, "inductive").tolist() == [0, 0, 1, 1, 0]
+    assert normalization_groups(group_ids, tags, "batch").tolist() == [0, 0, 0, 0, 0]
+    with pytest.raises(ValueError, match="grouping 'states'; use state, inductive or batch"):
+        normalization_groups(group_ids, tags, "states")
+
+
+def test_normalize_returns_over_the_batch():
+    returns = torch.tensor([1.0, 3.0, 5.0, 7.0])
+    batch = normalization_groups(torch.tensor([0, 0, 1, 1]), ["bandit"] * 4, "batch")
+    assert normalize_returns(returns, batch, method="mean").tolist() == [-3.0, -1.0, 1.0, 3.0]
+    # unbiased std of (1, 3, 5, 7) = sqrt(20 / 3) = 2.5820; (x - 4) / std
+    expected = torch.tensor([-1.1619, -0.3873, 0.3873, 1.1619])
+    assert torch.allclose(normalize_returns(returns, batch, method="mean_std"), expected, atol=1e-4)
 
 
 def test_whiten_and_masked_mean():

@@ -38,6 +38,8 @@ def write(tmp_path, text):
         ("envs:\n  tags: [bandit]\nbase:\n  envs: [sokoban]\n", "base.envs: ['sokoban'] not in envs.tags"),
         ("base:\n  envs: [sokoban, sokoban]\n", "base.envs: duplicate tags in ['sokoban', 'sokoban']; name each"),
         ("eval:\n  samples: 0\n", "eval.samples must be >= 1"),
+        ("algo:\n  reward_norm_grouping: group\n",
+         "algo.reward_norm_grouping: 'group' is not one of state, inductive, batch"),
     ],
 )
 def test_bad_params_name_the_key(tmp_path, text, message):

@@ -81,6 +81,24 @@ def test_select_best_success_keeps_each_groups_best_success(tokenizer):
     assert scores.tolist() == pytest.approx([-0.5, -0.5, 1.5, -0.5] * 2, abs=1e-5)
 
 
+def test_select_normalises_over_the_batch_and_step_one_reads_the_stored_scores(tokenizer):
+    cfg = load_config(None, CFG + ["algo.reward_norm=mean", "algo.reward_norm_grouping=batch"])
+    played = collect(cfg, fresh_learner(tokenizer).policy, list(range(100, 110)), 0)
+    # returns by hand: group 0 spreads 0..3, group 1 all 0, group 2 one return of 6; batch mean 1
+    returns = [0, 1, 2, 3, 0, 0, 0, 0, 6, 0, 0, 0]
+    trajectories = [replace(t, env_return=float(r), penalty=0.0) for t, r in zip(played, returns)]
+    kept, scores, _ = select(cfg, trajectories)
+    assert kept == trajectories[8:]  # group 2 has the largest spread (filter.keep_ratio keeps one group of three)
+    assert scores.tolist() == [5.0, -1.0, -1.0, -1.0]  # centred on the batch's mean, not on the group's (1.5)
+    # stage filter stores those scores; normalising the kept group alone again would centre it on 1.5
+    assert select(cfg, kept, already_filtered=True, scores=scores.tolist())[1].tolist() == scores.tolist()
+    with pytest.raises(ValueError, match="rerun stage filter"):
+        select(cfg, kept, already_filtered=True)
+    state = load_config(None, CFG + ["algo.reward_norm=mean"])
+    assert select(state, trajectories)[1].tolist() == [4.5, -1.5, -1.5, -1.5]
+    assert select(state, kept, already_filtered=True)[1].tolist() == [4.5, -1.5, -1.5, -1.5]
+
+
 def test_a_step_without_a_success_skips_the_update(tokenizer):
     cfg = load_config(None, CFG + ["preset=rft", "train.groups=1", "train.group_size=2"])
     learner = fresh_learner(tokenizer)

@@ -17,7 +17,7 @@ from flows.rollout import rollout
 from flows.update import update_policy
 from ragen.policy import load_policy
 from ragen.policy.model import read_meta
-from ragen.trajectory_io import read_trajectories, write_trajectories
+from ragen.trajectory_io import read_scores, read_trajectories, write_trajectories
 
 SMALL = ["envs.tags=[bandit,bandit_test]", "envs.train_size=16", "envs.val_size=6", "envs.test_size=4",
          "model.vocab_size=320", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
@@ -150,3 +150,32 @@ def test_rft_keeps_each_groups_best_success_and_trains_without_a_critic(prepared
         filter_rollouts(params=params, overrides=rft, rollouts=str(lost), out=str(project / "nothing.parquet"),
                         metrics_path=str(project / "filter_nothing.json"))
     assert not (project / "nothing.parquet").exists()
+
+
+@pytest.mark.slow
+def test_batch_normalised_scores_go_from_filter_to_critic_fit_and_update(prepared):
+    # with reward_norm_grouping batch the scores are centred on the whole rollout batch; the filtered file carries
+    # them, since its kept groups alone have another mean, and critic_fit and update's first step train on them
+    project, params = prepared
+    batch_norm = [*SMALL, "algo.reward_norm=mean", "algo.reward_norm_grouping=batch"]
+    played = read_trajectories(project / "data/rollouts/base.parquet")
+    returns = {0: 1.0, 5: 1.0, 6: 1.0, 7: 1.0}  # by hand: groups 0 and 1 spread, the filter keeps them (ratio 0.5)
+    scored = [replace(t, env_return=returns.get(i, 0.0), penalty=0.0) for i, t in enumerate(played)]
+    write_trajectories(project / "scored.parquet", scored)
+    out = {"policy_dir": str(project / "policy_bn"), "critic_out": str(project / "critic_bn_out"),
+           "metrics_path": str(project / "train_bn.json"), "steps_csv": str(project / "steps_bn.csv"),
+           "checkpoint_dir": str(project / "ckpt_bn"), "rollouts": str(project / "filtered_bn.parquet")}
+    filter_rollouts(params=params, overrides=batch_norm, rollouts=str(project / "scored.parquet"),
+                    out=out["rollouts"], metrics_path=str(project / "filter_bn.json"))
+    assert read_trajectories(out["rollouts"]) == scored[:8]
+    assert read_scores(out["rollouts"]) == [0.75, -0.25, -0.25, -0.25, -0.25, 0.75, 0.75, 0.75]  # batch mean 1/4
+    fit = critic_fit(params=params, overrides=batch_norm, rollouts=out["rollouts"],
+                     out_dir=str(project / "critic_bn"), metrics_path=str(project / "critic_fit_bn.json"))
+    assert torch.isfinite(torch.tensor(fit["critic_fit/value_loss"]))
+    result = update_policy(params=params, overrides=batch_norm, critic_dir=str(project / "critic_bn"), **out)
+    assert "val/bandit/success" in result
+    # a filtered file without the scores (written before they were stored) cannot be normalised again correctly
+    write_trajectories(project / "unscored.parquet", scored[:8])
+    with pytest.raises(ValueError, match=r"rerun stage filter \(dvc repro filter\)"):
+        critic_fit(params=params, overrides=batch_norm, rollouts=str(project / "unscored.parquet"),
+                   out_dir=str(project / "critic_unscored"), metrics_path=str(project / "critic_fit_unscored.json"))
