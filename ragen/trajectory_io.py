@@ -48,18 +48,21 @@ def write_trajectories(path: str | Path, trajectories: Sequence[Trajectory],
         frame.write_parquet(tmp)
 
 
-def read_trajectories(path: str | Path) -> list[Trajectory]:
+def _written(path: str | Path) -> Path:
+    """`path` as a Path; a clear error naming it when the stage that writes it has not run."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; run the stage that writes it first (dvc repro)")
-    return from_frame(pl.read_parquet(path))
+    return path
+
+
+def read_trajectories(path: str | Path) -> list[Trajectory]:
+    return from_frame(pl.read_parquet(_written(path)))
 
 
 def read_scores(path: str | Path) -> list[float] | None:
     """The `score` column `write_trajectories` stored, in row order; None for a file written without one."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; run the stage that writes it first (dvc repro)")
+    path = _written(path)
     if "score" not in pl.read_parquet_schema(path):
         return None
     return pl.read_parquet(path, columns=["score"])["score"].to_list()
