@@ -100,16 +100,20 @@ def bucket_label(lo: int, hi: int | None) -> str:
 
 def success_by_moves(envs_dir: str, env: str, split: str, paired: pl.DataFrame) -> list[tuple[str, int, float, float]]:
     """Base and trained success over `paired_episodes` by the solver's optimal move count (envgen's `optimal_moves`):
-    (bucket, episodes, base, trained) for each non-empty bucket of MOVE_BUCKETS; where the learning is (or is not)."""
+    (bucket, episodes, base, trained) for each non-empty bucket of MOVE_BUCKETS, where the learning is (or is not);
+    then, when the instances need different move counts, the first bucket again per exact count (`=1`, `=2`, ...):
+    an outcome says most about the first action of a one-move puzzle (bench_signal.py --exact), so a skill learned
+    there can show in that row and vanish in its bucket."""
     moves = read_instances(envs_dir, env, split, ["seed", "optimal_moves"])
     both = paired.join(moves, on="seed", how="left")
-    rows = []
+    parts = []
     for lo, hi in MOVE_BUCKETS:
         upper = pl.lit(True) if hi is None else pl.col("optimal_moves") <= hi
-        part = both.filter((pl.col("optimal_moves") >= lo) & upper)
-        if part.height:
-            rows.append((bucket_label(lo, hi), part.height, part["base"].mean(), part["trained"].mean()))
-    return rows
+        parts.append((bucket_label(lo, hi), both.filter((pl.col("optimal_moves") >= lo) & upper)))
+    if both["optimal_moves"].n_unique() > 1:
+        lo, hi = MOVE_BUCKETS[0]
+        parts += [(f"={m}", both.filter(pl.col("optimal_moves") == m)) for m in range(lo, hi + 1)]
+    return [(name, part.height, part["base"].mean(), part["trained"].mean()) for name, part in parts if part.height]
 
 
 def moves_per_step(cfg: Config, envs_dir: str, env: str, steps: int) -> list[float]:

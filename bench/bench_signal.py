@@ -1,12 +1,13 @@
 """Signal benchmark: how much one action moves the chance of success, per env; prints a table (not a test).
 
-    python bench/bench_signal.py [--envs sokoban frozen_lake] [--split val] [--actions 10]
+    python bench/bench_signal.py [--envs sokoban frozen_lake] [--split val] [--actions 10] [--exact 3]
 
 An outcome reward teaches an action only through the difference that action makes to the return. For every
 instance of the split this computes exactly, by dynamic programming over the env's own transitions (one action per
 step, `--actions` in all: RAGEN's per-episode budget), the success probability after each possible first action,
 followed either by uniformly random actions (what the warm base plays) or by optimal ones. Per env and band of the
-solver's optimal move count it prints:
+solver's optimal move count (and, with `--exact N`, per exact optimal move count up to N: rows `=1`, `=2`, ...) it
+prints:
 
     p          success probability of the continuation's policy from the start (random: first action random too)
     best-avg   max_a Q(s0, a) - mean_a Q(s0, a): what choosing the best first action instead of a random one adds
@@ -68,12 +69,19 @@ def band_of(moves: int | None) -> str:
                  if moves is not None and lo <= moves and (hi is None or moves <= hi)), bucket_label(*MOVE_BUCKETS[-1]))
 
 
+def rows_of(moves: int | None, exact: int) -> list[str]:
+    """The rows an instance counts in: its band, its exact move count (`=m`) when m <= `exact`, and `all`."""
+    exact_row = [f"={moves}"] if moves is not None and moves <= exact else []
+    return [band_of(moves), *exact_row, "all"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", default=["sokoban", "frozen_lake"], choices=sorted(FIRST_ACTION_VALUES))
     parser.add_argument("--split", default="val")
     parser.add_argument("--actions", type=int, default=10)
     parser.add_argument("--envs-dir", default="data/envs")
+    parser.add_argument("--exact", type=int, default=0, help="also a row per exact optimal move count up to this")
     args = parser.parse_args()
     print(f"# signal benchmark | split {args.split} | {args.actions} actions, one per step | exact")
     print(f"{'env':<12} {'band':<5} {'n':>4} | {'continuation':<12} {'p':>6} {'best-avg':>8} {'std':>6} {'snr':>6}")
@@ -86,9 +94,10 @@ def main() -> None:
                 q = FIRST_ACTION_VALUES[env](state, args.actions, backup)
                 mean = sum(q) / len(q)
                 per[name] = (mean if name == "random" else max(q), max(q) - mean)
-            rows.append((band_of(moves), per))
-        for band in [bucket_label(lo, hi) for lo, hi in MOVE_BUCKETS] + ["all"]:
-            chosen = [per for b, per in rows if band in (b, "all")]
+            rows.append((rows_of(moves, args.exact), per))
+        exact_rows = [f"={m}" for m in range(1, args.exact + 1)]
+        for band in [bucket_label(lo, hi) for lo, hi in MOVE_BUCKETS] + exact_rows + ["all"]:
+            chosen = [per for labels, per in rows if band in labels]
             if not chosen:
                 continue
             for name in BACKUPS:

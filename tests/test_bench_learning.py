@@ -38,3 +38,19 @@ def test_paired_episodes_average_each_instance_over_its_samples(tmp_path):
                   "success": [False, False]}).write_parquet(tmp_path / "eval_base.parquet")
     with pytest.raises(ValueError, match="played as often by base and trained policy"):
         bench_learning.paired_episodes(str(tmp_path), tmp_path, "sokoban", "val", 2)
+
+
+def test_success_by_moves_buckets_then_exact_short_counts(tmp_path):
+    (tmp_path / "sokoban").mkdir()
+    pl.DataFrame({"seed": [1, 2, 3, 4, 5], "optimal_moves": [1, 1, 2, 5, None]}).write_parquet(
+        tmp_path / "sokoban" / "val.parquet")
+    paired = pl.DataFrame({"seed": [1, 2, 3, 4, 5], "base": [0.5, 0.0, 1.0, 0.0, 0.0],
+                           "trained": [1.0, 1.0, 0.0, 0.25, 0.0]})
+    rows = bench_learning.success_by_moves(str(tmp_path), "sokoban", "val", paired)
+    # the unsolvable instance (no optimal move count) is in no row; =3 is empty and left out
+    assert rows == [("1-3", 3, 0.5, 2 / 3), ("4-6", 1, 0.0, 0.25), ("=1", 2, 0.25, 1.0), ("=2", 1, 1.0, 0.0)]
+    bandit = tmp_path / "bandit"
+    bandit.mkdir()
+    pl.DataFrame({"seed": [1, 2], "optimal_moves": [1, 1]}).write_parquet(bandit / "val.parquet")
+    one = bench_learning.success_by_moves(str(tmp_path), "bandit", "val", paired.head(2))
+    assert one == [("1-3", 2, 0.25, 1.0)]  # one move count: no exact rows

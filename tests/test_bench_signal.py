@@ -39,3 +39,10 @@ def test_optimal_values_match_the_solvers():
 
 def test_bands():
     assert [bench_signal.band_of(m) for m in (1, 3, 4, 10, 11, None)] == ["1-3", "1-3", "4-6", "7-10", ">10", ">10"]
+
+
+def test_exact_rows():
+    assert bench_signal.rows_of(2, 3) == ["1-3", "=2", "all"]
+    assert bench_signal.rows_of(4, 3) == ["4-6", "all"]
+    assert bench_signal.rows_of(None, 3) == [">10", "all"]
+    assert bench_signal.rows_of(1, 0) == ["1-3", "all"]
