@@ -11,7 +11,7 @@ val and test episodes at the same temperature (eval.*), it evaluates the base po
 models/base) and random valid actions, and prints per split: random, base and trained success with their standard
 errors, the trained-minus-base gap in standard errors (unpaired, and paired over the same episodes: `paired`), the
 solver ceiling and the trained success as a fraction of it, and (envs with instances of several difficulties)
-base and trained success on those episodes by the solver's optimal move count. Then base and trained success at
+base and trained success on those episodes by the solver's optimal move count (buckets, then 1, 2 and 3 moves apart). Then base and trained success at
 the eval temperature on the first eval.episodes instances of the train pool, with the paired gap (a gain there
 and none on val is memorisation of the pool). Then the rollout success on the train pool over the first and the
 last 10 steps (what the policy learned on the instances it trains on, e.g. a `train.max_optimal_moves`
