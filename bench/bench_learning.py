@@ -11,14 +11,15 @@ val and test episodes at the same temperature (eval.*), it evaluates the base po
 models/base) and random valid actions, and prints per split: random, base and trained success with their standard
 errors, the trained-minus-base gap in standard errors (unpaired, and paired over the same episodes: `paired`), the
 solver ceiling and the trained success as a fraction of it, and (envs with instances of several difficulties)
-base and trained success on those episodes by the solver's optimal move count (buckets, then 1, 2 and 3 moves apart). Then base and trained success at
-the eval temperature on the first eval.episodes instances of the train pool, with the paired gap (a gain there
-and none on val is memorisation of the pool). Then the rollout success on the train pool over the first and the
-last 10 steps (what the policy learned on the instances it trains on, e.g. a `train.max_optimal_moves`
-curriculum), and over six equal windows of steps (with --train-size large enough that no instance comes twice,
-that curve is the success on unseen instances at the training temperature, on far more episodes than val has),
-under it the mean optimal moves of each window's instances (a pool in seed order is not equally hard throughout).
-Last, seconds per training step split into rollout, scoring and update, with tokens per second.
+base and trained success on those episodes by the solver's optimal move count (buckets, then 1, 2 and 3 moves
+apart). Then base and trained success at the eval temperature on the first eval.episodes instances of the train
+pool, with the paired gap (a gain there and none on val is memorisation of the pool). Then the rollout success
+on the train pool over the first and the last 10 steps (what the policy learned on the instances it trains on,
+e.g. a `train.max_optimal_moves` curriculum), and over six equal windows of steps (with --train-size large enough
+that no instance comes twice, that curve is the success on unseen instances at the training temperature, on far more
+episodes than val has), under it the mean optimal moves of each window's instances (a pool in seed order is not
+equally hard throughout). Last, seconds per training step split into rollout, scoring and update, with tokens per
+second.
 
 `--sft-base-steps N` starts from (and compares against) a base with some skill instead of the pipeline's warm base:
 stage base with `base.mode=sft base.steps=N` (solver demonstrations for every env, N supervised steps) built into
@@ -110,7 +111,7 @@ def success_by_moves(envs_dir: str, env: str, split: str, paired: pl.DataFrame) 
     for lo, hi in MOVE_BUCKETS:
         upper = pl.lit(True) if hi is None else pl.col("optimal_moves") <= hi
         parts.append((bucket_label(lo, hi), both.filter((pl.col("optimal_moves") >= lo) & upper)))
-    if both["optimal_moves"].n_unique() > 1:
+    if both["optimal_moves"].drop_nulls().n_unique() > 1:  # None: unsolvable, no move count
         lo, hi = MOVE_BUCKETS[0]
         parts += [(f"={m}", both.filter(pl.col("optimal_moves") == m)) for m in range(lo, hi + 1)]
     return [(name, part.height, part["base"].mean(), part["trained"].mean()) for name, part in parts if part.height]
