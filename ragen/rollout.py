@@ -58,7 +58,8 @@ def policy_responder(policy: Policy, cfg: RolloutConfig, *, temperature: float |
     """Sample from the policy with the rollout settings (temperature overridable, e.g. 0.5 for evaluation).
 
     The first call fixes the episodes (by env identity) of one KV-cache session; later turns of the same
-    episodes only feed their new tokens. A call with other episodes starts a new session.
+    episodes only feed their new tokens, and episodes missing from a call have ended (`run_episodes` drops
+    them), so their rows leave the cache. A call with other episodes starts a new session.
     """
     state: dict = {"session": None, "rows": {}}
 
@@ -67,6 +68,7 @@ def policy_responder(policy: Policy, cfg: RolloutConfig, *, temperature: float |
             state["rows"] = {id(env): row for row, env in enumerate(envs)}
             state["session"] = SamplingSession(policy.model, policy.token_texts, len(envs))
         rows = [state["rows"][id(env)] for env in envs]
+        state["session"].release(sorted(set(state["rows"].values()) - set(rows)))
         return state["session"].sample(rows, prompts, max_new_tokens=cfg.max_new_tokens,
                                        temperature=cfg.temperature if temperature is None else temperature,
                                        top_p=cfg.top_p, top_k=cfg.top_k, generator=generator)

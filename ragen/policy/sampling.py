@@ -4,9 +4,9 @@ Token in, token out: training later scores exactly these ids, so rollout and tra
 The returned log-prob of each token is the policy's, log softmax(logits) at temperature 1 over the full
 vocabulary, whatever temperature / top-p / top-k shaped the draw; it equals a re-scoring of the same ids.
 
-Loop: left-pad the prompts, one prefill pass that fills the cache, then one token per step for every sequence
-still running; a sequence stops at an end-of-turn token, when its text contains a stop string (e.g.
-"</answer>"), or after `max_new_tokens`. Finished sequences keep feeding padding until all are done.
+Loop: left-pad the prompts, one prefill pass that fills the cache (once per distinct prompt), then one token per
+step for every sequence still running; a sequence stops at an end-of-turn token, when its text contains a stop
+string (e.g. "</answer>"), or after `max_new_tokens`. Finished sequences keep feeding padding until all are done.
 """
 
 from __future__ import annotations
@@ -77,13 +77,36 @@ class SamplingSession:
     message, not the whole conversation again (RAGEN re-sends everything each turn). New suffixes of different
     lengths sit left-aligned-with-holes in one chunk: masked positions inside a row, with position ids counting
     real tokens only, so results equal a fresh pass over each row's sequence. Rows not in a call just wait.
+
+    Two savings keep the batch to the work that is left. A first call that feeds every row runs each distinct
+    prompt once and copies its cache to the rows that share it (the N rollouts of a group start from one
+    prompt). `release(rows)` drops finished rows from the cache, so later turns run only the rows still playing.
     """
 
     def __init__(self, model: PreTrainedModel, token_texts: TokenTexts, rows: int) -> None:
         self.model, self.texts, self.rows = model, token_texts, rows
-        self.fed: list[list[int]] = [[] for _ in range(rows)]  # tokens in the cache, per row
+        self.fed: list[list[int] | None] = [[] for _ in range(rows)]  # tokens in the cache per row; None: released
+        self.order = list(range(rows))  # the live rows, in the order of the cache's batch dimension
         self.cache = None
-        self.mask = torch.zeros((rows, 0), dtype=torch.long, device=model.device)  # (R, cache length)
+        self.mask = torch.zeros((rows, 0), dtype=torch.long, device=model.device)  # (live rows, cache length)
+
+    def release(self, rows: Sequence[int]) -> None:
+        """Drop these rows (e.g. finished episodes) from the cache; a released row cannot be sampled again."""
+        gone = set(rows)
+        keep = [b for b, row in enumerate(self.order) if row not in gone]
+        if len(keep) == len(self.order):
+            return
+        for row in gone:
+            self.fed[row] = None
+        self._select(keep)
+        self.order = [self.order[b] for b in keep]
+
+    def _select(self, index: Sequence[int]) -> None:
+        """Rebuild the cache's batch from these batch entries, in this order (an entry may repeat)."""
+        index_t = torch.tensor(index, dtype=torch.long, device=self.mask.device)
+        if self.cache is not None:
+            self.cache.reorder_cache(index_t)
+        self.mask = self.mask[index_t]
 
     @torch.no_grad()
     def sample(self, rows: Sequence[int], prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
@@ -93,29 +116,43 @@ class SamplingSession:
         new = {}
         for row, prompt in zip(rows, prompts):
             done = self.fed[row]
+            if done is None:
+                raise ValueError(f"row {row} was released (its episode ended); start a new session to sample it again")
             if list(prompt[: len(done)]) != done:
                 raise ValueError(f"row {row}: the prompt does not extend the tokens already fed to the cache")
             new[row] = list(prompt[len(done) :])
             if not new[row]:
                 raise ValueError(f"row {row}: nothing new to feed; a prompt must end with at least one new token")
-        width = max(len(t) for t in new.values())
-        chunk = torch.full((self.rows, width), pad, dtype=torch.long)  # (R, C)
-        chunk_mask = torch.zeros((self.rows, width), dtype=torch.long)
+        # batch entries to feed: every live row, or one per distinct prompt when a first call feeds them all
+        feeds = [new.get(row, []) for row in self.order]
+        distinct: dict[tuple[int, ...], int] = {}
+        if self.cache is None and len(new) == len(self.order):
+            copies = [distinct.setdefault(tuple(tokens), len(distinct)) for tokens in feeds]
+            if len(distinct) < len(feeds):
+                feeds = [list(tokens) for tokens in distinct]
+                self.mask = self.mask[: len(feeds)]
+        width = max(len(t) for t in feeds)
+        chunk = torch.full((len(feeds), width), pad, dtype=torch.long)  # (B, C)
+        chunk_mask = torch.zeros((len(feeds), width), dtype=torch.long)
+        for b, tokens in enumerate(feeds):
+            if tokens:
+                chunk[b, width - len(tokens) :] = torch.tensor(tokens, dtype=torch.long)
+                chunk_mask[b, width - len(tokens) :] = 1
+        logits = self._feed(chunk.to(device), chunk_mask.to(device))  # (B, V) at each entry's last real token
+        if len(feeds) < len(self.order):  # copy each distinct prompt's cache to the rows that share it
+            self._select(copies)
+            logits = logits[torch.tensor(copies, dtype=torch.long, device=logits.device)]
         for row, tokens in new.items():
-            chunk[row, width - len(tokens) :] = torch.tensor(tokens, dtype=torch.long)
-            chunk_mask[row, width - len(tokens) :] = 1
             self.fed[row].extend(tokens)
-        active = torch.zeros(self.rows, dtype=torch.bool)
-        active[list(new)] = True
-        logits = self._feed(chunk.to(device), chunk_mask.to(device))  # (R, V) at each row's last real token
+        active = torch.tensor([row in new for row in self.order], dtype=torch.bool)
         samples = self._decode(logits, active.to(device), max_new_tokens=max_new_tokens, temperature=temperature,
                                top_p=top_p, top_k=top_k, stop_strings=stop_strings, generator=generator)
         return [samples[row] for row in rows]
 
     def _feed(self, ids: torch.Tensor, chunk_mask: torch.Tensor) -> torch.Tensor:
-        """Run (R, C) new tokens through the model on top of the cache; returns the last position's logits."""
-        mask = torch.cat([self.mask, chunk_mask], dim=-1)  # (R, L + C)
-        positions = position_ids_from_mask(mask)[:, -ids.shape[1] :]  # (R, C)
+        """Run (B, C) new tokens through the model on top of the cache; returns the last position's logits."""
+        mask = torch.cat([self.mask, chunk_mask], dim=-1)  # (B, L + C)
+        positions = position_ids_from_mask(mask)[:, -ids.shape[1] :]  # (B, C)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
                          use_cache=True, logits_to_keep=1)
         self.cache, self.mask = out.past_key_values, mask
@@ -123,42 +160,43 @@ class SamplingSession:
 
     def _decode(self, logits: torch.Tensor, running: torch.Tensor, *, max_new_tokens: int, temperature: float,
                 top_p: float, top_k: int, stop_strings: Sequence[str], generator: torch.Generator | None) -> dict[int, Sample]:
-        rows = running.nonzero().flatten().tolist()
-        tokens: dict[int, list[int]] = {r: [] for r in rows}
-        logprobs: dict[int, list[float]] = {r: [] for r in rows}
-        tails = {r: "" for r in rows}
-        finish = {r: "length" for r in rows}
+        """Sample from (B, V) logits for the running batch entries; returns each one's Sample by its row."""
+        entries = running.nonzero().flatten().tolist()
+        tokens: dict[int, list[int]] = {b: [] for b in entries}
+        logprobs: dict[int, list[float]] = {b: [] for b in entries}
+        tails = {b: "" for b in entries}
+        finish = {b: "length" for b in entries}
         running = running.clone()
         for step in range(max_new_tokens):
-            policy_logp = F.log_softmax(logits, dim=-1)  # (R, V) at temperature 1
+            policy_logp = F.log_softmax(logits, dim=-1)  # (B, V) at temperature 1
             if temperature <= 0:
-                next_ids = logits.argmax(-1)  # (R,)
+                next_ids = logits.argmax(-1)  # (B,)
             else:
                 shaped = filter_logits(logits / temperature, top_k=top_k, top_p=top_p)
-                probs = shaped.softmax(-1)  # (R, V)
+                probs = shaped.softmax(-1)  # (B, V)
                 if generator is not None and generator.device != probs.device:  # e.g. a CPU generator, CUDA model
                     probs = probs.to(generator.device)
-                next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1).to(logits.device)  # (R,)
-            chosen_logp = policy_logp.gather(-1, next_ids.unsqueeze(-1)).squeeze(-1)  # (R,)
+                next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1).to(logits.device)  # (B,)
+            chosen_logp = policy_logp.gather(-1, next_ids.unsqueeze(-1)).squeeze(-1)  # (B,)
             ids_list, logp_list = next_ids.tolist(), chosen_logp.tolist()
-            for row in running.nonzero().flatten().tolist():
-                token = ids_list[row]
-                tokens[row].append(token)
-                logprobs[row].append(logp_list[row])
+            for b in running.nonzero().flatten().tolist():
+                token = ids_list[b]
+                tokens[b].append(token)
+                logprobs[b].append(logp_list[b])
                 if token in self.texts.stop_ids:
-                    finish[row], running[row] = "eos", False
+                    finish[b], running[b] = "eos", False
                     continue
-                tails[row] = (tails[row] + self.texts.texts[token])[-STOP_TAIL_CHARS:]
-                if any(stop in tails[row] for stop in stop_strings):
-                    finish[row], running[row] = "stop", False
+                tails[b] = (tails[b] + self.texts.texts[token])[-STOP_TAIL_CHARS:]
+                if any(stop in tails[b] for stop in stop_strings):
+                    finish[b], running[b] = "stop", False
             if not running.any() or step + 1 == max_new_tokens:
                 break
-            # feed the running rows' new tokens; finished rows get a masked hole
+            # feed the running entries' new tokens; finished ones get a masked hole
             feed = torch.where(running, next_ids, torch.full_like(next_ids, self.texts.pad_id)).unsqueeze(-1)
             logits = self._feed(feed, running.long().unsqueeze(-1))
-            for row in running.nonzero().flatten().tolist():
-                self.fed[row].append(ids_list[row])
-        return {r: Sample(tuple(tokens[r]), tuple(logprobs[r]), finish[r]) for r in rows}
+            for b in running.nonzero().flatten().tolist():
+                self.fed[self.order[b]].append(ids_list[b])
+        return {self.order[b]: Sample(tuple(tokens[b]), tuple(logprobs[b]), finish[b]) for b in entries}
 
 
 def sample(model: PreTrainedModel, token_texts: TokenTexts, prompts: Sequence[Sequence[int]], *,

@@ -111,3 +111,37 @@ def test_session_turns_equal_fresh_passes(policy):
             sequences[row] += list(a.token_ids) + enc(f"\nReward:\n0.{turn}\nTurn {turn + 2}:\n")
     with pytest.raises(ValueError, match="does not extend"):
         session.sample([0], [enc("something else entirely")], max_new_tokens=2)
+
+
+def test_session_shares_a_prompt_once_and_drops_released_rows(policy):
+    """Rows that start from one prompt are prefilled once and copied; released rows leave the batch; both give
+    the samples and log-probs of fresh passes, and a released row cannot be sampled again."""
+    from ragen.policy.sampling import SamplingSession
+
+    enc = lambda text: policy.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    shared, other = enc("State:\n#_P#\n"), enc("Turn 1:\nState:\nPG\n")
+    sequences = [list(shared), list(shared), list(other), list(shared)]
+    batches = []
+    forward = policy.model.forward
+
+    def counting(*args, **kwargs):
+        batches.append(kwargs["input_ids"].shape[0])
+        return forward(*args, **kwargs)
+
+    policy.model.forward = counting
+    try:
+        session = SamplingSession(policy.model, policy.token_texts, 4)
+        for turn, rows in enumerate(([0, 1, 2, 3], [0, 1, 3], [1, 3])):
+            session.release(sorted({0, 1, 2, 3} - set(rows)))
+            batches.clear()
+            got = session.sample(rows, [sequences[r] for r in rows], max_new_tokens=6, temperature=0.0)
+            assert batches[0] == (2 if turn == 0 else len(rows))  # two distinct prompts; then the live rows only
+            fresh = policy.sample([sequences[r] for r in rows], max_new_tokens=6, temperature=0.0)
+            for row, a, b in zip(rows, got, fresh):
+                assert a.token_ids == b.token_ids
+                assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
+                sequences[row] += list(a.token_ids) + enc(f"\nReward:\n0.{row}\nTurn {turn + 2}:\n")  # rows diverge
+    finally:
+        policy.model.forward = forward
+    with pytest.raises(ValueError, match="released"):
+        session.sample([2], [sequences[2] + enc("Up")], max_new_tokens=2)
