@@ -83,9 +83,12 @@ def timed_rollout(policy: Policy, cfg: RolloutConfig, specs: list[EpisodeSpec], 
         seconds += time.perf_counter() - start
         tokens += sum(len(s.token_ids) for s in samples)
         batches.append(([list(p) for p in prompts], [len(s.token_ids) for s in samples]))
-        # what our session ran: each row's new prompt tokens on top of its cache, then the sampled tokens
+        # what our session ran: each row's new prompt tokens on top of its cache (a first prompt shared by several
+        # rows once), then the sampled tokens
         before = [fed.get(id(env), 0) for env in envs]
-        flops += model_flops(policy.model, before, [len(p) - b for p, b in zip(prompts, before)])
+        fresh = {tuple(p) for p, b in zip(prompts, before) if b == 0}
+        fed_rows = [(b, len(p) - b) for p, b in zip(prompts, before) if b > 0] + [(0, len(p)) for p in fresh]
+        flops += model_flops(policy.model, [b for b, _ in fed_rows], [n for _, n in fed_rows])
         flops += model_flops(policy.model, [len(p) for p in prompts], [len(s.token_ids) for s in samples])
         for env, p, s in zip(envs, prompts, samples):
             fed[id(env)] = len(p) + len(s.token_ids) - 1
