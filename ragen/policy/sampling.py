@@ -84,7 +84,7 @@ class SamplingSession:
     """
 
     def __init__(self, model: PreTrainedModel, token_texts: TokenTexts, rows: int) -> None:
-        self.model, self.texts, self.rows = model, token_texts, rows
+        self.model, self.texts = model, token_texts
         self.fed: list[list[int] | None] = [[] for _ in range(rows)]  # tokens in the cache per row; None: released
         self.order = list(range(rows))  # the live rows, in the order of the cache's batch dimension
         self.cache = None
@@ -123,23 +123,18 @@ class SamplingSession:
             new[row] = list(prompt[len(done) :])
             if not new[row]:
                 raise ValueError(f"row {row}: nothing new to feed; a prompt must end with at least one new token")
-        # batch entries to feed: every live row, or one per distinct prompt when a first call feeds them all
-        feeds = [new.get(row, []) for row in self.order]
-        distinct: dict[tuple[int, ...], int] = {}
+        # batch entries to feed: every live row (a waiting one gets an all-masked hole), or one per distinct
+        # prompt when a first call feeds them all; `copies` then maps each row to its prompt's entry
+        feeds, copies = [new.get(row, []) for row in self.order], None
         if self.cache is None and len(new) == len(self.order):
-            copies = [distinct.setdefault(tuple(tokens), len(distinct)) for tokens in feeds]
+            distinct: dict[tuple[int, ...], int] = {}
+            index = [distinct.setdefault(tuple(tokens), len(distinct)) for tokens in feeds]
             if len(distinct) < len(feeds):
-                feeds = [list(tokens) for tokens in distinct]
+                feeds, copies = [list(tokens) for tokens in distinct], index
                 self.mask = self.mask[: len(feeds)]
-        width = max(len(t) for t in feeds)
-        chunk = torch.full((len(feeds), width), pad, dtype=torch.long)  # (B, C)
-        chunk_mask = torch.zeros((len(feeds), width), dtype=torch.long)
-        for b, tokens in enumerate(feeds):
-            if tokens:
-                chunk[b, width - len(tokens) :] = torch.tensor(tokens, dtype=torch.long)
-                chunk_mask[b, width - len(tokens) :] = 1
-        logits = self._feed(chunk.to(device), chunk_mask.to(device))  # (B, V) at each entry's last real token
-        if len(feeds) < len(self.order):  # copy each distinct prompt's cache to the rows that share it
+        chunk, chunk_mask = left_pad(feeds, pad, device)  # (B, C) each
+        logits = self._feed(chunk, chunk_mask)  # (B, V) at each entry's last real token
+        if copies is not None:  # copy each distinct prompt's cache to the rows that share it
             self._select(copies)
             logits = logits[torch.tensor(copies, dtype=torch.long, device=logits.device)]
         for row, tokens in new.items():
