@@ -2,7 +2,7 @@
 
     python bench/bench_learning.py [--envs bandit frozen_lake sokoban] [--steps 40] [--preset starpo_s] [--reuse]
                                    [--sft-base-steps N [--sft-base-envs TAG,...] | --base DIR] [--train-size N]
-                                   [key=value ...]
+                                   [--seeds S,S,...] [key=value ...]
 
 Needs `dvc repro base` first (data/envs and models/base). For each env it runs the rollout, filter, critic_fit,
 update, evaluate and report flows (flows.ablate.rl_pipeline) into .bench/<preset>/<run>/ (the pipeline's own
@@ -32,6 +32,13 @@ from a base built elsewhere (DIR/policy/ and DIR/base.json, e.g. a row of bench/
 (`run_name`, e.g. sokoban-s270-3f9c0a1e), so runs with other knobs keep their own directory; overrides.txt in it
 lists them.
 
+`--seeds 0,1,2` trains one run per training seed (`train.seed=S`, which also seeds each run's evaluations of base
+and trained policy), prints the figures above for each (run `sokoban/s1`, ...) and then, per env and split, the mean
+paired gap over the seeds with its standard error between seeds. That is the figure to judge a lift by: a paired
+standard error over instances compares one trained policy with the base, and at a large step size runs of the same
+knobs end on either side of it. With --reuse, a run already trained and measured (its bench.json) is read back, so
+seeds can be added one at a time.
+
 `--train-size N` trains on a pool of N train instances instead of data/envs' 1024 (envs.train_size): stage envgen
 writes the named envs with the same seeds into .bench/envs-train<N>/ (same val and test instances, a longer train
 pool from the same first seed), and every run, evaluation and pool row reads that directory; the run directories
@@ -51,7 +58,7 @@ import polars as pl
 
 from flows.ablate import rl_pipeline
 from flows.base import base as build_base
-from flows.common import read_instances, read_seeds, read_train_pool
+from flows.common import read_instances, read_seeds, read_train_pool, write_json
 from flows.envgen import envgen
 from flows.evaluate import evaluate
 from ragen.config import Config, load_config
@@ -213,6 +220,9 @@ def main() -> None:
                              "a row of bench/bench_imitation.py (.bench/imitation/<row>)")
     parser.add_argument("--train-size", type=int, default=0,
                         help="train on a pool of N train instances (.bench/envs-train<N>/) instead of data/envs'")
+    parser.add_argument("--seeds", type=lambda text: [int(seed) for seed in text.split(",")], default=[],
+                        help="comma-separated training seeds: one run each (train.seed=S, which also seeds its "
+                             "evaluations), then the mean paired gap over them with its standard error between seeds")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every env")
     args = parser.parse_args()
     base_dir, base_metrics, runs = "models/base", "metrics/base.json", Path(".bench") / args.preset
@@ -232,69 +242,115 @@ def main() -> None:
                                   f"base.envs=[{','.join(args.sft_base_envs)}]"],
                        out_dir=base_dir, metrics_path=base_metrics)
     envs_dir = train_pool_envs(args.envs, args.train_size, args.reuse) if args.train_size > 0 else "data/envs"
-    rows, timings, curves, fits, by_moves = [], [], [], [], []
-    for env in args.envs:
-        out = runs / run_name(env, args.steps, args.overrides, args.train_size)
-        overrides = [f"preset={args.preset}", f"train.env={env}", f"train.steps={args.steps}", *args.overrides]
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "overrides.txt").write_text("\n".join(overrides) + "\n")  # first: a killed run says what it was
-        summary = rl_pipeline(overrides, out, envs_dir=envs_dir, base_dir=base_dir, base_metrics=base_metrics,
-                              force=not args.reuse)
-        wall = summary.get("wall_s", math.nan)  # of the run that trained, also when reused
-        base = evaluate(overrides=overrides, envs_dir=envs_dir, policy_dir=base_dir,
-                        metrics_path=str(out / "eval_base.json"), trajectories_out=str(out / "eval_base.parquet"))
-        cfg, base_policy = load_config("params.yaml", overrides), load_policy(base_dir, device="cpu")
-        for split in ("val", "test"):
-            trained, before = summary["eval"][env][split], base[env][split]
-            paired = paired_episodes(envs_dir, out, env, split, cfg.eval.episodes)
-            gap, paired_se = paired_gap(paired)
-            ses = [mean_and_se(paired[name].to_list())[1] for name in ("base", "trained")]  # over instances
-            rows.append((env, split, random_success(cfg, base_policy, envs_dir, env, split), before, trained, ses,
-                         gap / max(paired_se, 1e-9), wall))
-            by_moves.append((env, split, success_by_moves(envs_dir, env, split, paired)))
-        fits.append((env, *pool_fit(cfg, base_policy, envs_dir, out / "policy", env)))
-        timings.append((env, summary["train"]))
-        steps = read_steps_csv(out / "train_steps.csv")
-        curves.append((env, steps, moves_per_step(cfg, envs_dir, env, len(steps))))
+    seeds = [[f"train.seed={seed}"] for seed in args.seeds] or [[]]
+    results = [measure(env, args, [*args.overrides, *seed], runs, envs_dir, base_dir, base_metrics)
+               for env in args.envs for seed in seeds]
+    cfg = load_config("params.yaml", [f"preset={args.preset}", *args.overrides])
     print(f"\n# learning benchmark | preset {args.preset} | {args.steps} steps | base {base_dir} | "
           f"instances {envs_dir} | success rate ± standard error over instances, {cfg.eval.samples} episode(s) each")
-    print(f"{'env':<12} {'split':<5} {'random':>6} {'base':>12} {'trained':>12} {'gap/se':>6} {'paired':>6} "
+    print(f"{'run':<15} {'split':<5} {'random':>6} {'base':>12} {'trained':>12} {'gap/se':>6} {'paired':>6} "
           f"{'ceiling':>7} {'of ceiling':>10} {'train wall s':>12}")
-    for env, split, rand, before, trained, (se_b, se_t), paired, wall in rows:
-        gap = (trained["success_rate"] - before["success_rate"]) / max(math.hypot(se_b, se_t), 1e-9)
-        print(f"{env:<12} {split:<5} {rand:>6.3f} {before['success_rate']:>6.3f}±{se_b:.3f} "
-              f"{trained['success_rate']:>6.3f}±{se_t:.3f} {gap:>6.1f} {paired:>6.1f} {trained['success_ceiling']:>7.3f} "
-              f"{trained['success_of_ceiling']:>10.1%} {wall:>12.0f}")
-    for env, split, buckets in by_moves:
-        if len(buckets) > 1:  # one bucket (bandit: every instance is one pull) says nothing the row above does not
-            print(f"{env:<12} {split:<5} by optimal moves (episodes: base -> trained): "
-                  + " | ".join(f"{name} ({n}): {before:.3f} -> {after:.3f}" for name, n, before, after in buckets))
-    for env, before, after, paired, n in fits:
-        print(f"{env:<12} train-pool success at T {cfg.eval.temperature} (first {n} instances): base {before:.3f}, "
-              f"trained {after:.3f}, paired gap/se {paired:.1f}")
-    for env, steps, moves in curves:
-        # step 1 trains on the stage-filter batch (kept groups only), so its figures are not a fresh rollout
-        success = [row["rollout/success_rate"] for row in steps[1:]]
-        if not success:  # a one-step run has no fresh rollout to report
-            continue
-        head, tail = success[:10], success[-10:]
-        print(f"{env:<12} train-pool rollout success: steps 2-{len(head) + 1} "
-              f"{sum(head) / len(head):.3f}, last {len(tail)} {sum(tail) / len(tail):.3f}")
-        if len(success) >= 2 * WINDOWS:  # the whole curve, in WINDOWS equal runs of steps
-            bounds = [round(i * len(success) / WINDOWS) for i in range(WINDOWS + 1)]
-            spans = list(zip(bounds, bounds[1:]))
-            print(f"{env:<12} train-pool rollout success in {WINDOWS} windows of steps: "
-                  + " ".join(f"{lo + 2}-{hi + 1} {sum(success[lo:hi]) / (hi - lo):.3f}" for lo, hi in spans))
-            mix = moves[1:]  # the same steps' instances
-            print(f"{env:<12} mean optimal moves of those windows' instances: "
-                  + " ".join(f"{lo + 2}-{hi + 1} {sum(mix[lo:hi]) / (hi - lo):.2f}" for lo, hi in spans))
-    for env, t in timings:
+    for r in results:
+        for row in r["splits"]:
+            (se_b, se_t), before, trained = row["ses"], row["base"], row["trained"]
+            gap = (trained["success_rate"] - before["success_rate"]) / max(math.hypot(se_b, se_t), 1e-9)
+            print(f"{r['run']:<15} {row['split']:<5} {row['random']:>6.3f} {before['success_rate']:>6.3f}±{se_b:.3f} "
+                  f"{trained['success_rate']:>6.3f}±{se_t:.3f} {gap:>6.1f} {row['paired']:>6.1f} "
+                  f"{trained['success_ceiling']:>7.3f} {trained['success_of_ceiling']:>10.1%} {r['wall']:>12.0f}")
+    for r in results:
+        for row in r["splits"]:
+            if len(row["by_moves"]) > 1:  # one bucket (bandit: every instance is one pull) says nothing new
+                print(f"{r['run']:<15} {row['split']:<5} by optimal moves (episodes: base -> trained): "
+                      + " | ".join(f"{name} ({n}): {b:.3f} -> {t:.3f}" for name, n, b, t in row["by_moves"]))
+    for r in results:
+        before, after, paired, n = r["fit"]
+        print(f"{r['run']:<15} train-pool success at T {cfg.eval.temperature} (first {n} instances): base "
+              f"{before:.3f}, trained {after:.3f}, paired gap/se {paired:.1f}")
+    for r in results:
+        print_curve(r["run"], r["curve"], r["moves"])
+    for r in results:
+        t = r["timing"]
         per_step = t["timing/rollout_s_mean"] + t["timing/score_s_mean"] + t["timing/update_s_mean"]
-        print(f"{env:<12} {per_step:.1f} s per step: rollout {t['timing/rollout_s_mean']:.2f}s "
+        print(f"{r['run']:<15} {per_step:.1f} s per step: rollout {t['timing/rollout_s_mean']:.2f}s "
               f"({t['perf/rollout_tokens_per_s_mean']:.0f} sampled tok/s), score {t['timing/score_s_mean']:.2f}s "
               f"({t.get('perf/score_tokens_per_s_mean', math.nan):.0f} scored tok/s), "
               f"update {t['timing/update_s_mean']:.2f}s ({t['perf/update_tokens_per_s_mean']:.0f} trained tok/s)")
+    if len(args.seeds) > 1:
+        for env in args.envs:
+            for split in ("val", "test"):
+                print(seed_summary(env, split, [row for r in results if r["env"] == env
+                                                for row in r["splits"] if row["split"] == split]))
 
+
+def print_curve(run: str, success: list[float], moves: list[float]) -> None:
+    """The train-pool rollout success of steps 2.. (`success`; step 1 trains on the stage-filter batch, so its
+    figures are not a fresh rollout): first and last 10 steps, then WINDOWS equal windows with the mean optimal moves
+    of their instances (`moves`, the same steps')."""
+    if not success:  # a one-step run has no fresh rollout to report
+        return
+    head, tail = success[:10], success[-10:]
+    print(f"{run:<15} train-pool rollout success: steps 2-{len(head) + 1} {sum(head) / len(head):.3f}, "
+          f"last {len(tail)} {sum(tail) / len(tail):.3f}")
+    if len(success) >= 2 * WINDOWS:  # the whole curve, in WINDOWS equal runs of steps
+        bounds = [round(i * len(success) / WINDOWS) for i in range(WINDOWS + 1)]
+        spans = list(zip(bounds, bounds[1:]))
+        print(f"{run:<15} train-pool rollout success in {WINDOWS} windows of steps: "
+              + " ".join(f"{lo + 2}-{hi + 1} {sum(success[lo:hi]) / (hi - lo):.3f}" for lo, hi in spans))
+        print(f"{run:<15} mean optimal moves of those windows' instances: "
+              + " ".join(f"{lo + 2}-{hi + 1} {sum(moves[lo:hi]) / (hi - lo):.2f}" for lo, hi in spans))
+
+
+def seed_summary(env: str, split: str, rows: list[dict]) -> str:
+    """One line over the runs of several training seeds: mean base and trained success, the mean paired gap with its
+    standard error between seeds (std of the per-seed gaps / sqrt(seeds): the spread of training runs and of the
+    evaluation together) and, for comparison, the part of it that evaluation noise alone gives
+    (sqrt(sum of per-seed paired SE^2) / seeds), and how many seeds ended above their base."""
+    n = len(rows)
+    gaps = [row["gap"] for row in rows]
+    mean_gap, between = mean_and_se(gaps)
+    eval_only = math.sqrt(sum(row["paired_se"] ** 2 for row in rows)) / n
+    base = sum(row["base"]["success_rate"] for row in rows) / n
+    trained = sum(row["trained"]["success_rate"] for row in rows) / n
+    return (f"{env:<12} {split:<5} over {n} seeds: base {base:.3f}, trained {trained:.3f}, paired gap "
+            f"{mean_gap:+.3f} ± {between:.3f} between seeds ({mean_gap / max(between, 1e-9):+.1f} SE; evaluation "
+            f"noise alone ± {eval_only:.3f}), above base in {sum(g > 0 for g in gaps)} of {n}: "
+            + ", ".join(f"{g:+.3f}" for g in gaps))
+
+
+def measure(env: str, args: argparse.Namespace, extra: list[str], runs: Path, envs_dir: str, base_dir: str,
+            base_metrics: str) -> dict:
+    """Train one run (`rl_pipeline`) and measure it against the base: the figures `main` prints, as a json-able
+    dict, also written to <run>/bench.json. With --reuse, a run whose bench.json is newer than its done.json (not
+    trained since) is read back instead of evaluated again."""
+    out = runs / run_name(env, args.steps, extra, args.train_size)
+    overrides = [f"preset={args.preset}", f"train.env={env}", f"train.steps={args.steps}", *extra]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "overrides.txt").write_text("\n".join(overrides) + "\n")  # first: a killed run says what it was
+    summary = rl_pipeline(overrides, out, envs_dir=envs_dir, base_dir=base_dir, base_metrics=base_metrics,
+                          force=not args.reuse)
+    cached, done = out / "bench.json", out / "done.json"
+    if args.reuse and cached.exists() and cached.stat().st_mtime >= done.stat().st_mtime:
+        return json.loads(cached.read_text())
+    base = evaluate(overrides=overrides, envs_dir=envs_dir, policy_dir=base_dir,
+                    metrics_path=str(out / "eval_base.json"), trajectories_out=str(out / "eval_base.parquet"))
+    cfg, base_policy = load_config("params.yaml", overrides), load_policy(base_dir, device="cpu")
+    seed = next((o.split("=", 1)[1] for o in extra if o.startswith("train.seed=")), None)
+    result = {"env": env, "run": env if seed is None else f"{env}/s{seed}", "wall": summary.get("wall_s", math.nan),
+              "splits": [], "timing": summary["train"]}
+    for split in ("val", "test"):
+        paired = paired_episodes(envs_dir, out, env, split, cfg.eval.episodes)
+        gap, paired_se = paired_gap(paired)
+        result["splits"].append({
+            "split": split, "random": random_success(cfg, base_policy, envs_dir, env, split),
+            "base": base[env][split], "trained": summary["eval"][env][split], "gap": gap, "paired_se": paired_se,
+            "ses": [mean_and_se(paired[name].to_list())[1] for name in ("base", "trained")],  # over instances
+            "paired": gap / max(paired_se, 1e-9), "by_moves": success_by_moves(envs_dir, env, split, paired)})
+    result["fit"] = list(pool_fit(cfg, base_policy, envs_dir, out / "policy", env))
+    steps = read_steps_csv(out / "train_steps.csv")
+    result["curve"] = [row["rollout/success_rate"] for row in steps[1:]]
+    result["moves"] = moves_per_step(cfg, envs_dir, env, len(steps))[1:]
+    write_json(cached, result)
+    return result
 
 if __name__ == "__main__":
     main()

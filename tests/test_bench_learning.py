@@ -54,3 +54,16 @@ def test_success_by_moves_buckets_then_exact_short_counts(tmp_path):
     pl.DataFrame({"seed": [1, 2], "optimal_moves": [1, 1]}).write_parquet(bandit / "val.parquet")
     one = bench_learning.success_by_moves(str(tmp_path), "bandit", "val", paired.head(2))
     assert one == [("1-3", 2, 0.25, 1.0)]  # one move count: no exact rows
+
+
+def test_seed_summary_pools_gaps_over_training_seeds():
+    def row(base, trained, gap, paired_se):
+        return {"base": {"success_rate": base}, "trained": {"success_rate": trained}, "gap": gap,
+                "paired_se": paired_se}
+
+    # gaps 0.03, -0.01, 0.01: mean 0.01, sample std 0.02, so 0.02 / sqrt(3) = 0.011547 between seeds; evaluation
+    # noise alone sqrt(0.01^2 + 0.02^2 + 0.02^2) / 3 = 0.01; two of three above their base
+    line = bench_learning.seed_summary("sokoban", "val", [row(0.10, 0.13, 0.03, 0.01), row(0.12, 0.11, -0.01, 0.02),
+                                                          row(0.11, 0.12, 0.01, 0.02)])
+    assert "over 3 seeds: base 0.110, trained 0.120, paired gap +0.010 ± 0.012 between seeds (+0.9 SE;" in line
+    assert "evaluation noise alone ± 0.010), above base in 2 of 3: +0.030, -0.010, +0.010" in line
