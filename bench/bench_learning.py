@@ -304,7 +304,9 @@ def seed_summary(env: str, split: str, rows: list[dict]) -> str:
     """One line over the runs of several training seeds: mean base and trained success, the mean paired gap with its
     standard error between seeds (std of the per-seed gaps / sqrt(seeds): the spread of training runs and of the
     evaluation together) and, for comparison, the part of it that evaluation noise alone gives
-    (sqrt(sum of per-seed paired SE^2) / seeds), and how many seeds ended above their base."""
+    (sqrt(sum of per-seed paired SE^2) / seeds), and how many seeds ended above their base. The gap is divided by
+    the larger of the two: the spread between seeds contains the evaluation noise, but with two or three seeds its
+    estimate can fall below it by chance."""
     n = len(rows)
     gaps = [row["gap"] for row in rows]
     mean_gap, between = mean_and_se(gaps)
@@ -312,8 +314,9 @@ def seed_summary(env: str, split: str, rows: list[dict]) -> str:
     base = sum(row["base"]["success_rate"] for row in rows) / n
     trained = sum(row["trained"]["success_rate"] for row in rows) / n
     return (f"{env:<12} {split:<5} over {n} seeds: base {base:.3f}, trained {trained:.3f}, paired gap "
-            f"{mean_gap:+.3f} ± {between:.3f} between seeds ({mean_gap / max(between, 1e-9):+.1f} SE; evaluation "
-            f"noise alone ± {eval_only:.3f}), above base in {sum(g > 0 for g in gaps)} of {n}: "
+            f"{mean_gap:+.3f} ± {between:.3f} between seeds, ± {eval_only:.3f} from evaluation noise alone "
+            f"({mean_gap / max(between, eval_only, 1e-9):+.1f} SE of the larger), above base in "
+            f"{sum(g > 0 for g in gaps)} of {n}: "
             + ", ".join(f"{g:+.3f}" for g in gaps))
 
 

@@ -65,5 +65,9 @@ def test_seed_summary_pools_gaps_over_training_seeds():
     # noise alone sqrt(0.01^2 + 0.02^2 + 0.02^2) / 3 = 0.01; two of three above their base
     line = bench_learning.seed_summary("sokoban", "val", [row(0.10, 0.13, 0.03, 0.01), row(0.12, 0.11, -0.01, 0.02),
                                                           row(0.11, 0.12, 0.01, 0.02)])
-    assert "over 3 seeds: base 0.110, trained 0.120, paired gap +0.010 ± 0.012 between seeds (+0.9 SE;" in line
-    assert "evaluation noise alone ± 0.010), above base in 2 of 3: +0.030, -0.010, +0.010" in line
+    assert "over 3 seeds: base 0.110, trained 0.120, paired gap +0.010 ± 0.012 between seeds, ± 0.010 from " \
+           "evaluation noise alone (+0.9 SE of the larger), above base in 2 of 3: +0.030, -0.010, +0.010" in line
+    # two seeds that happen to agree: 0.02 ± 0.002 between them, but each evaluation alone is ± 0.01, so the gap is
+    # sqrt(2) * 0.01 / 2 = 0.00707 in evaluation noise alone: 2.8 SE of that, not 10
+    two = bench_learning.seed_summary("sokoban", "test", [row(0.1, 0.12, 0.022, 0.01), row(0.1, 0.118, 0.018, 0.01)])
+    assert "gap +0.020 ± 0.002 between seeds, ± 0.007 from evaluation noise alone (+2.8 SE of the larger)" in two
