@@ -242,9 +242,8 @@ def main() -> None:
                                   f"base.envs=[{','.join(args.sft_base_envs)}]"],
                        out_dir=base_dir, metrics_path=base_metrics)
     envs_dir = train_pool_envs(args.envs, args.train_size, args.reuse) if args.train_size > 0 else "data/envs"
-    seeds = [[f"train.seed={seed}"] for seed in args.seeds] or [[]]
-    results = [measure(env, args, [*args.overrides, *seed], runs, envs_dir, base_dir, base_metrics)
-               for env in args.envs for seed in seeds]
+    results = [measure(env, seed, args, runs, envs_dir, base_dir, base_metrics)
+               for env in args.envs for seed in args.seeds or [None]]
     cfg = load_config("params.yaml", [f"preset={args.preset}", *args.overrides])
     print(f"\n# learning benchmark | preset {args.preset} | {args.steps} steps | base {base_dir} | "
           f"instances {envs_dir} | success rate ± standard error over instances, {cfg.eval.samples} episode(s) each")
@@ -320,11 +319,12 @@ def seed_summary(env: str, split: str, rows: list[dict]) -> str:
             + ", ".join(f"{g:+.3f}" for g in gaps))
 
 
-def measure(env: str, args: argparse.Namespace, extra: list[str], runs: Path, envs_dir: str, base_dir: str,
+def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, envs_dir: str, base_dir: str,
             base_metrics: str) -> dict:
-    """Train one run (`rl_pipeline`) and measure it against the base: the figures `main` prints, as a json-able
-    dict, also written to <run>/bench.json. With --reuse, a run whose bench.json is newer than its done.json (not
-    trained since) is read back instead of evaluated again."""
+    """Train one run (`rl_pipeline`; with `seed`, `train.seed=<seed>` after the extra overrides) and measure it
+    against the base: the figures `main` prints, as a json-able dict, also written to <run>/bench.json. With --reuse,
+    a run whose bench.json is newer than its done.json (not trained since) is read back instead of evaluated again."""
+    extra = [*args.overrides, *([f"train.seed={seed}"] if seed is not None else [])]
     out = runs / run_name(env, args.steps, extra, args.train_size)
     overrides = [f"preset={args.preset}", f"train.env={env}", f"train.steps={args.steps}", *extra]
     out.mkdir(parents=True, exist_ok=True)
@@ -337,7 +337,6 @@ def measure(env: str, args: argparse.Namespace, extra: list[str], runs: Path, en
     base = evaluate(overrides=overrides, envs_dir=envs_dir, policy_dir=base_dir,
                     metrics_path=str(out / "eval_base.json"), trajectories_out=str(out / "eval_base.parquet"))
     cfg, base_policy = load_config("params.yaml", overrides), load_policy(base_dir, device="cpu")
-    seed = next((o.split("=", 1)[1] for o in extra if o.startswith("train.seed=")), None)
     result = {"env": env, "run": env if seed is None else f"{env}/s{seed}", "wall": summary.get("wall_s", math.nan),
               "splits": [], "timing": summary["train"]}
     for split in ("val", "test"):
@@ -354,6 +353,7 @@ def measure(env: str, args: argparse.Namespace, extra: list[str], runs: Path, en
     result["moves"] = moves_per_step(cfg, envs_dir, env, len(steps))[1:]
     write_json(cached, result)
     return result
+
 
 if __name__ == "__main__":
     main()
