@@ -134,6 +134,10 @@ class AlgoConfig:
     kl_coef: float = 0.0  # KL coefficient against the frozen base policy (vanilla StarPO: 0.001)
     aggregation: str = "token-mean"  # token-mean | seq-mean-token-mean
     loss_mask: str = "assistant"  # assistant (sampled tokens) | all (every post-system token, as the paper's runs)
+    # log pi_old of the PPO ratio: rescore (a no-grad pass of the trainer over the kept batch, RAGEN) | sampler (the
+    # rollout's own log-probs of its sampled tokens: the same policy and ids, so equal up to float error, without
+    # that pass; needs loss_mask assistant, as only sampled tokens have one)
+    old_logprobs: str = "rescore"
     reward_placement: str = "last"  # last (return on the last token) | turn (each turn's reward at its end)
     # what a trajectory scores before reward_norm: return (env rewards + format penalties, RAGEN) | best_success (1 for
     # its group's best success, the highest return then the fewest actions; 0 for the rest; not RAGEN's)
@@ -284,6 +288,7 @@ def validate(config: Config) -> None:
                "algo.kl": (a.kl, ("none", "reward_k1", "loss_k1", "loss_k3")),
                "algo.aggregation": (a.aggregation, ("token-mean", "seq-mean-token-mean")),
                "algo.loss_mask": (a.loss_mask, ("assistant", "all")),
+               "algo.old_logprobs": (a.old_logprobs, ("rescore", "sampler")),
                "algo.reward_placement": (a.reward_placement, ("last", "turn")),
                "algo.outcome": (a.outcome, ("return", "best_success")),
                "train.env": (config.train.env, tuple(ENVS)),
@@ -304,6 +309,10 @@ def validate(config: Config) -> None:
     if a.outcome != "return" and a.reward_placement != "last":
         raise ConfigError(f"algo.outcome {a.outcome} scores whole trajectories, so it needs algo.reward_placement=last "
                           f"(per-turn rewards are the env's own)")
+    if a.old_logprobs == "sampler" and a.loss_mask != "assistant":
+        raise ConfigError(f"algo.old_logprobs sampler needs algo.loss_mask=assistant: loss_mask {a.loss_mask} also "
+                          "trains on environment tokens, which the sampler did not draw and has no log-prob for; use "
+                          "algo.old_logprobs=rescore")
     if config.eval.samples < 1:
         raise ConfigError(f"eval.samples must be >= 1 (episodes per val or test instance), got {config.eval.samples}")
     if config.train.ppo_epochs < 1:

@@ -10,6 +10,9 @@ gradients clipped to `grad_clip`; a non-finite gradient norm skips the optimizer
 Old log-probs (and values) are re-scored before the first step (`score_batch`), as in RAGEN, but on the very token
 ids that were sampled (RAGEN re-tokenises text); `actor/sampler_logprob_gap` reports the largest difference from the
 sampler's own log-probs on sampled tokens, which stays at float error when rollout and training agree on tokens.
+`old_logprobs="sampler"` takes those sampler log-probs as log pi_old instead and skips the re-scoring pass (the same
+policy at temperature 1 on the same ids, so the same values up to float error; only the sampled tokens have one, so
+it needs the assistant loss mask). RAGEN re-scores because its sampler (vLLM) is another engine than its trainer.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class UpdateSettings:
     epochs: int = 1  # passes over the batch (RAGEN / verl ppo_epochs)
     kl_reward_coef: float = 0.0  # beta of a k1 KL folded into the token rewards before the advantages (reward_k1)
     share_prefix: bool = True  # run the rows' common prompt prefix once (same values); False: every row whole
+    old_logprobs: str = "rescore"  # rescore (a no-grad pass before the first step, RAGEN) | sampler (the rollout's own)
 
 
 def _gae(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSettings) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,7 +109,7 @@ class ScoredBatch:
     old_values: torch.Tensor | None  # (B, T) critic values on masked tokens (zero elsewhere); None without a critic
     advantages: torch.Tensor  # (B, T)
     returns: torch.Tensor  # (B, T) the critic's targets
-    sampler_gap: float  # largest |re-scored - sampler| log-prob on a sampled token
+    sampler_gap: float | None  # largest |re-scored - sampler| log-prob on a sampled token; None when not re-scored
 
 
 def score_batch(policy: PreTrainedModel, critic: PreTrainedModel | None, batch: RolloutBatch,
@@ -113,17 +117,24 @@ def score_batch(policy: PreTrainedModel, critic: PreTrainedModel | None, batch: 
     """Old log-probs (and values) of the whole batch and the advantages of `settings.advantage` (RAGEN's
     compute_log_prob / compute_values / compute_advantage, one pass before the mini-batches). With
     `kl_reward_coef` beta and the reference's `ref_logprobs` (B, T), the KL is folded into the rewards first
-    (RAGEN V0423 for PPO):  r_t <- r_t - beta * (log pi_old(t) - log pi_ref(t)) on trained tokens."""
+    (RAGEN V0423 for PPO):  r_t <- r_t - beta * (log pi_old(t) - log pi_ref(t)) on trained tokens.
+    `settings.old_logprobs == "sampler"`: log pi_old is the batch's `sampled_logprobs` (set on every sampled token,
+    which the assistant loss mask covers exactly), and the policy does not run here."""
     s, mask = settings, batch.loss_mask
     if uses_critic(s.advantage) and critic is None:
         raise ValueError(f"algo.advantage {s.advantage} reads critic values; pass a critic (or use grpo)")
+    if s.old_logprobs not in ("rescore", "sampler"):
+        raise ValueError(f"unknown old_logprobs {s.old_logprobs!r}; use rescore or sampler")
+    rescore = s.old_logprobs == "rescore"
     prefix_len = _prefix_len(s, batch.input_ids, batch.attention_mask, mask)
     with torch.no_grad():
         old_values = (token_values(critic, batch.input_ids, batch.attention_mask, prefix_len=prefix_len) * mask
                       if critic is not None else None)
-        old_logprobs, _ = token_logprobs(policy, batch.input_ids, batch.attention_mask, prefix_len=prefix_len)  # (B, T)
-        sampled = batch.sampled_logprobs != 0
-        gap = (old_logprobs - batch.sampled_logprobs)[sampled].abs().max().item() if sampled.any() else 0.0
+        old_logprobs, gap = batch.sampled_logprobs, None  # (B, T)
+        if rescore:
+            old_logprobs, _ = token_logprobs(policy, batch.input_ids, batch.attention_mask, prefix_len=prefix_len)
+            sampled = batch.sampled_logprobs != 0
+            gap = (old_logprobs - batch.sampled_logprobs)[sampled].abs().max().item() if sampled.any() else 0.0
     if s.kl_reward_coef and ref_logprobs is not None:
         kl = (old_logprobs - ref_logprobs) * mask  # (B, T) k1 estimate on trained tokens
         batch = replace(batch, token_rewards=batch.token_rewards - s.kl_reward_coef * kl)
@@ -190,7 +201,8 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
         if key in stats:
             out[key] = sum(stats[key])
     out["actor/lr"] = actor_opt.param_groups[0]["lr"]
-    out["actor/sampler_logprob_gap"] = scored.sampler_gap
+    if scored.sampler_gap is not None:
+        out["actor/sampler_logprob_gap"] = scored.sampler_gap
     out["actor/advantage_mean"] = masked_mean(advantages, mask).item()
     out["critic/return_mean"] = masked_mean(returns, mask).item()
     return out

@@ -40,6 +40,9 @@ def write(tmp_path, text):
         ("eval:\n  samples: 0\n", "eval.samples must be >= 1"),
         ("algo:\n  reward_norm_grouping: group\n",
          "algo.reward_norm_grouping: 'group' is not one of state, inductive, batch"),
+        ("algo:\n  old_logprobs: vllm\n", "algo.old_logprobs: 'vllm' is not one of rescore, sampler"),
+        ("algo:\n  old_logprobs: sampler\n  loss_mask: all\n",
+         "algo.old_logprobs sampler needs algo.loss_mask=assistant"),
     ],
 )
 def test_bad_params_name_the_key(tmp_path, text, message):

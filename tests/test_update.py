@@ -109,6 +109,36 @@ def test_first_rescoring_matches_the_sampler(setup):
     assert stats["actor/sampler_logprob_gap"] < 1e-4
 
 
+def test_sampler_logprobs_skip_the_rescoring_pass_and_train_the_same(setup):
+    """old_logprobs=sampler reads log pi_old from the rollout (no policy forward pass before the first step) and,
+    the sampler being the same policy on the same ids, takes the same optimizer steps up to float error."""
+    policy, trajectories = setup
+    batch = spread_batch(policy, trajectories)
+    runs = {}
+    for mode in ("rescore", "sampler"):
+        model = small_model(policy.tokenizer)
+        calls = []
+        hook = model.register_forward_hook(lambda *_: calls.append(torch.is_grad_enabled()))
+        scored = score_batch(model, None, batch, settings("grpo", old_logprobs=mode))
+        no_grad_calls = calls.count(False)
+        stats = update(model, None, torch.optim.AdamW(model.parameters(), lr=1e-2), None, batch,
+                       settings("grpo", old_logprobs=mode), scored=scored)
+        hook.remove()
+        runs[mode] = scored, no_grad_calls, stats, [p.detach().clone() for p in model.parameters()]
+    (rescored, rescore_calls, rescore_stats, rescore_weights) = runs["rescore"]
+    (sampled, sampler_calls, sampler_stats, sampler_weights) = runs["sampler"]
+    assert rescore_calls >= 1 and sampler_calls == 0
+    assert torch.equal(sampled.old_logprobs, batch.sampled_logprobs) and sampled.sampler_gap is None
+    mask = batch.loss_mask
+    assert (rescored.old_logprobs - sampled.old_logprobs)[mask].abs().max() < 1e-4
+    assert torch.equal(rescored.advantages, sampled.advantages)
+    assert "actor/sampler_logprob_gap" in rescore_stats and "actor/sampler_logprob_gap" not in sampler_stats
+    assert abs(rescore_stats["actor/pg_loss"] - sampler_stats["actor/pg_loss"]) < 1e-4
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(rescore_weights, sampler_weights))
+    assert any(not torch.equal(a, b) for a, b in zip(rescore_weights, [p.detach() for p in small_model(
+        policy.tokenizer).parameters()]))  # it did train
+
+
 def test_scoring_the_batch_apart_gives_the_same_update(setup):
     """The training loop runs `score_batch` itself (to time scoring apart from the update) and passes it in: the
     same metrics and weights as an update that scores the batch itself."""
