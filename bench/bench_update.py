@@ -5,8 +5,8 @@ and with the sampler's log-probs as log pi_old against a re-scoring pass.
 
 Needs `dvc repro base` (models/base, data/envs). Per env it plays one training step's rollouts with the base
 policy (`train.groups` x `train.group_size`, the starpo_s preset and the overrides), filters and batches them as
-stage update does, and times `ragen.update.update` on that batch (the no-grad scoring pass, then critic and actor,
-every mini-batch) from the same starting weights in three ways: every row whole (`share_prefix` off), the shared
+stage update does, and times `ragen.update.update` on that batch (the no-grad scoring pass, then critic, when the
+advantage uses one, and actor, every mini-batch) from the same starting weights in three ways: every row whole (`share_prefix` off), the shared
 prefix run once (the default), and that with `old_logprobs=sampler` (no re-scoring of log pi_old; skipped under
 `algo.loss_mask=all`); the median of `--repeats` runs each. Prints the batch's real tokens, the shared prefix,
 seconds and trained tokens per second of each, the speed-ups, and the largest difference between the runs' metrics
@@ -30,14 +30,15 @@ from ragen.policy import load_policy
 from ragen.policy.model import build_critic
 from ragen.policy.scoring import shareable_prefix
 from ragen.train import collect, return_batch, select, update_settings
-from ragen.update import update
+from ragen.update import update, uses_critic
 
 
 def timed_update(policy_model, critic, batch, settings, cfg) -> tuple[float, dict[str, float]]:
     """One update from copies of the given models (so every run starts from the same weights)."""
     model, value_model = copy.deepcopy(policy_model), copy.deepcopy(critic)
     actor_opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
-    critic_opt = torch.optim.AdamW(value_model.parameters(), lr=cfg.critic.lr, weight_decay=cfg.train.weight_decay)
+    critic_opt = (torch.optim.AdamW(value_model.parameters(), lr=cfg.critic.lr, weight_decay=cfg.train.weight_decay)
+                  if value_model is not None else None)
     start = time.perf_counter()
     stats = update(model, value_model, actor_opt, critic_opt, batch, settings)
     return time.perf_counter() - start, stats
@@ -57,7 +58,7 @@ def main() -> None:
         cfg = load_config("params.yaml", ["preset=starpo_s", f"train.env={env}", *args.overrides])
         policy = load_policy(args.base, **cfg.model.placement())
         torch.manual_seed(cfg.train.seed)
-        critic = build_critic(policy.model)
+        critic = build_critic(policy.model) if uses_critic(cfg.algo.advantage) else None  # grpo / rft: none, as stage update
         trajectories = collect(cfg, policy, read_train_pool("data/envs", env, cfg.train.max_optimal_moves), step=1)
         kept, scores, _ = select(cfg, trajectories)
         batch = return_batch(cfg, policy, kept, scores)
