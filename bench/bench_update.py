@@ -3,14 +3,15 @@ and with the sampler's log-probs as log pi_old against a re-scoring pass.
 
     python bench/bench_update.py [--envs sokoban frozen_lake bandit] [--repeats 3] [key=value ...]
 
-Needs `dvc repro base` (models/base, data/envs). Per env it plays one training step's rollouts with the base
-policy (`train.groups` x `train.group_size`, the starpo_s preset and the overrides), filters and batches them as
-stage update does, and times `ragen.update.update` on that batch (the no-grad scoring pass, then critic, when the
-advantage uses one, and actor, every mini-batch) from the same starting weights in three ways: every row whole (`share_prefix` off), the shared
-prefix run once (the default), and that with `old_logprobs=sampler` (no re-scoring of log pi_old; skipped under
-`algo.loss_mask=all`); the median of `--repeats` runs each. Prints the batch's real tokens, the shared prefix,
-seconds and trained tokens per second of each, the speed-ups, and the largest difference between the runs' metrics
-(they compute the same quantities; only float rounding and a token on a clip boundary may differ).
+Needs `dvc repro base` (models/base, data/envs). Per env it plays one training step's rollouts with the base policy
+(`train.groups` x `train.group_size`, the starpo_s preset and the overrides), filters and batches them as stage
+update does, and times `ragen.update.update` on that batch (the no-grad scoring pass, then critic, when the
+advantage uses one, and actor, every mini-batch) from the same starting weights in three ways: every row whole
+(`share_prefix` off), the shared prefix run once (the default), and that with `old_logprobs=sampler` (no re-scoring
+of log pi_old; skipped under `algo.loss_mask=all`); the median of `--repeats` runs each. Prints the batch's real
+tokens, the shared prefix, seconds and trained tokens per second of each, the speed-ups, and the largest difference
+between the runs' metrics (they compute the same quantities; only float rounding and a token on a clip boundary may
+differ).
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def main() -> None:
         cfg = load_config("params.yaml", ["preset=starpo_s", f"train.env={env}", *args.overrides])
         policy = load_policy(args.base, **cfg.model.placement())
         torch.manual_seed(cfg.train.seed)
-        critic = build_critic(policy.model) if uses_critic(cfg.algo.advantage) else None  # grpo / rft: none, as stage update
+        # grpo and rft read no critic, and stage update then builds none
+        critic = build_critic(policy.model) if uses_critic(cfg.algo.advantage) else None
         trajectories = collect(cfg, policy, read_train_pool("data/envs", env, cfg.train.max_optimal_moves), step=1)
         kept, scores, _ = select(cfg, trajectories)
         batch = return_batch(cfg, policy, kept, scores)
@@ -79,16 +81,17 @@ def main() -> None:
         sampler_s = median.get("sampler", math.nan)
         print(f"| {env} | {batch.input_ids.shape[0]} | {tokens} | {prefix} | {median['whole']:.2f} | "
               f"{median['shared']:.2f} | {sampler_s:.2f} | {tokens / median['whole']:.0f} | "
-              f"{tokens / median['shared']:.0f} | {tokens / sampler_s:.0f} | {median['whole'] / median['shared']:.2f}x | "
-              f"{median['shared'] / sampler_s:.2f}x | "
-              + "; ".join(largest_difference(stats["shared"], stats[name], name) for name in variants if name != "shared")
-              + " |")
+              f"{tokens / median['shared']:.0f} | {tokens / sampler_s:.0f} | "
+              f"{median['whole'] / median['shared']:.2f}x | {median['shared'] / sampler_s:.2f}x | "
+              + "; ".join(largest_difference(stats["shared"], stats[name], name)
+                          for name in variants if name != "shared") + " |")
 
 
 def largest_difference(shared: dict[str, float], other: dict[str, float], name: str) -> str:
     """The metric on which a variant's update differs most from the default's (metrics both report)."""
     worst = max(shared.keys() & other.keys(), key=lambda k: abs(shared[k] - other[k]))
     return f"{name}: {worst} {other[worst]:.5g} vs {shared[worst]:.5g}"
+
 
 if __name__ == "__main__":
     main()
