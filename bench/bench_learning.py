@@ -13,7 +13,10 @@ errors, the trained-minus-base gap in standard errors (unpaired, and paired over
 solver ceiling and the trained success as a fraction of it, and (envs with instances of several difficulties)
 base and trained success on those episodes by the solver's optimal move count (buckets, then 1, 2 and 3 moves
 apart). Then base and trained success at the eval temperature on the first eval.episodes instances of the train
-pool, with the paired gap (a gain there and none on val is memorisation of the pool). Then the rollout success
+pool (`played`: training played them first) and, when the pool is longer than the run plays, on as many right after
+the last one played (`unseen`), each with the paired gap and by optimal moves: the same difficulties, so a gain on
+`played` that `unseen` lacks is memorisation, and one on both is a skill however little of val it covers. Then the
+rollout success
 on the train pool over the first and the last 10 steps (what the policy learned on the instances it trains on,
 e.g. a `train.max_optimal_moves` curriculum), and over six equal windows of steps (with --train-size large enough
 that no instance comes twice, that curve is the success on unseen instances at the training temperature, on far more
@@ -192,15 +195,37 @@ def played(cfg: Config, policy: Policy, env: str, seeds: list[int]) -> list[floa
     return instance_success(trajectories, len(seeds))
 
 
-def pool_fit(cfg: Config, base_policy: Policy, envs_dir: str, policy_dir: Path, env: str
-             ) -> tuple[float, float, float, int]:
-    """Base and trained success at the eval temperature on the first eval.episodes instances of the train pool
-    (training visits them at steps 1 to eval.episodes / P, and again every len(pool) / P steps), the paired gap over
-    its standard error, and the episode count. A gain here without one on val is memorisation of the pool."""
-    seeds = read_train_pool(envs_dir, env, cfg.train.max_optimal_moves)[: cfg.eval.episodes]
-    success = [played(cfg, policy, env, seeds) for policy in (base_policy, load_policy(str(policy_dir), device="cpu"))]
-    mean, se = mean_and_se([t - b for b, t in zip(*success)])
-    return sum(success[0]) / len(seeds), sum(success[1]) / len(seeds), mean / max(se, 1e-9), len(seeds)
+def pool_windows(cfg: Config, pool_size: int, steps: int) -> dict[str, tuple[int, int]]:
+    """The train-pool instances (index ranges into the pool) whose base and trained success the pool rows compare:
+    `played`, the first eval.episodes (fewer if the run plays fewer), which step 1 (the stage-filter batch) and the
+    steps after it play first; and, when the pool is longer than what the run plays (steps x train.groups, step s
+    playing pool[s*P:(s+1)*P]), `unseen`, up to eval.episodes right after the last instance played. Both hold
+    instances of the same difficulties, so a gain on `played` that `unseen` does not share is memorisation of the
+    instances; one that both share is a skill, whatever val (which holds longer puzzles than a
+    `train.max_optimal_moves` pool) shows."""
+    n, played_to = cfg.eval.episodes, steps * cfg.train.groups
+    windows = {"played": (0, min(n, pool_size, played_to))}
+    if played_to < pool_size:
+        windows["unseen"] = (played_to, min(played_to + n, pool_size))
+    return windows
+
+
+def pool_fit(cfg: Config, base_policy: Policy, trained_policy: Policy, envs_dir: str, env: str, steps: int
+             ) -> dict[str, dict]:
+    """Base and trained success at the eval temperature over each of `pool_windows`' instances (eval.samples
+    episodes each): per window its index range, the success rates, the paired gap with its standard error and the
+    same by the solver's optimal move count, in the shape of a val or test row (`seed_summary` reads it)."""
+    pool = read_train_pool(envs_dir, env, cfg.train.max_optimal_moves)
+    rows = {}
+    for name, (lo, hi) in pool_windows(cfg, len(pool), steps).items():
+        seeds = pool[lo:hi]
+        paired = pl.DataFrame({"seed": seeds, "base": played(cfg, base_policy, env, seeds),
+                               "trained": played(cfg, trained_policy, env, seeds)})
+        gap, paired_se = paired_gap(paired)
+        rows[name] = {"window": [lo, hi], "base": {"success_rate": paired["base"].mean()},
+                      "trained": {"success_rate": paired["trained"].mean()}, "gap": gap, "paired_se": paired_se,
+                      "by_moves": success_by_moves(envs_dir, env, "train", paired)}
+    return rows
 
 
 def main() -> None:
@@ -262,9 +287,12 @@ def main() -> None:
                 print(f"{r['run']:<15} {row['split']:<5} by optimal moves (episodes: base -> trained): "
                       + " | ".join(f"{name} ({n}): {b:.3f} -> {t:.3f}" for name, n, b, t in row["by_moves"]))
     for r in results:
-        before, after, paired, n = r["fit"]
-        print(f"{r['run']:<15} train-pool success at T {cfg.eval.temperature} (first {n} instances): base "
-              f"{before:.3f}, trained {after:.3f}, paired gap/se {paired:.1f}")
+        for name, row in r["pool"].items():
+            lo, hi = row["window"]
+            print(f"{r['run']:<15} train-pool success at T {cfg.eval.temperature}, {name} (pool[{lo}:{hi}]): base "
+                  f"{row['base']['success_rate']:.3f}, trained {row['trained']['success_rate']:.3f}, paired gap "
+                  f"{row['gap']:+.3f} ({row['gap'] / max(row['paired_se'], 1e-9):+.1f} SE); by optimal moves: "
+                  + " | ".join(f"{label} ({n}): {b:.3f} -> {t:.3f}" for label, n, b, t in row["by_moves"]))
     for r in results:
         print_curve(r["run"], r["curve"], r["moves"])
     for r in results:
@@ -279,6 +307,10 @@ def main() -> None:
             for split in ("val", "test"):
                 print(seed_summary(env, split, [row for r in results if r["env"] == env
                                                 for row in r["splits"] if row["split"] == split]))
+            for window in ("played", "unseen"):
+                rows = [r["pool"][window] for r in results if r["env"] == env and window in r["pool"]]
+                if rows:
+                    print(seed_summary(env, f"pool, {window}", rows))
 
 
 def print_curve(run: str, success: list[float], moves: list[float]) -> None:
@@ -332,11 +364,17 @@ def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, en
     summary = rl_pipeline(overrides, out, envs_dir=envs_dir, base_dir=base_dir, base_metrics=base_metrics,
                           force=not args.reuse)
     cached, done = out / "bench.json", out / "done.json"
+    cfg, base_policy = load_config("params.yaml", overrides), load_policy(base_dir, device="cpu")
     if args.reuse and cached.exists() and cached.stat().st_mtime >= done.stat().st_mtime:
-        return json.loads(cached.read_text())
+        result = json.loads(cached.read_text())
+        if "pool" not in result:  # measured before the unseen-pool row: add the pool rows, keep the rest
+            result.pop("fit", None)
+            result["pool"] = pool_fit(cfg, base_policy, load_policy(str(out / "policy"), device="cpu"), envs_dir,
+                                      env, args.steps)
+            write_json(cached, result)
+        return result
     base = evaluate(overrides=overrides, envs_dir=envs_dir, policy_dir=base_dir,
                     metrics_path=str(out / "eval_base.json"), trajectories_out=str(out / "eval_base.parquet"))
-    cfg, base_policy = load_config("params.yaml", overrides), load_policy(base_dir, device="cpu")
     result = {"env": env, "run": env if seed is None else f"{env}/s{seed}", "wall": summary.get("wall_s", math.nan),
               "splits": [], "timing": summary["train"]}
     for split in ("val", "test"):
@@ -347,7 +385,8 @@ def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, en
             "base": base[env][split], "trained": summary["eval"][env][split], "gap": gap, "paired_se": paired_se,
             "ses": [mean_and_se(paired[name].to_list())[1] for name in ("base", "trained")],  # over instances
             "paired": gap / max(paired_se, 1e-9), "by_moves": success_by_moves(envs_dir, env, split, paired)})
-    result["fit"] = list(pool_fit(cfg, base_policy, envs_dir, out / "policy", env))
+    result["pool"] = pool_fit(cfg, base_policy, load_policy(str(out / "policy"), device="cpu"), envs_dir, env,
+                              args.steps)
     steps = read_steps_csv(out / "train_steps.csv")
     result["curve"] = [row["rollout/success_rate"] for row in steps[1:]]
     result["moves"] = moves_per_step(cfg, envs_dir, env, len(steps))[1:]

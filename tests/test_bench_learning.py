@@ -1,4 +1,5 @@
-"""bench/bench_learning.py: the instance mix behind each step of the rollout-success curve, and paired instances."""
+"""bench/bench_learning.py: the instance mix behind each step of the rollout-success curve, the played and unseen
+pool windows, and paired instances."""
 
 import polars as pl
 import pytest
@@ -18,6 +19,18 @@ def test_moves_per_step_follows_the_pool_in_step_order(tmp_path):
                              "train.max_optimal_moves=3"])
     # pool [10, 12, 13, 15, 16] (moves 1, 3, 2, 2, 1); step s plays pool[2s], pool[2s + 1], wrapping around
     assert bench_learning.moves_per_step(cfg, str(tmp_path), "sokoban", 4) == pytest.approx([2.0, 2.0, 1.0, 2.5])
+
+
+def test_pool_windows_compare_the_first_played_instances_with_the_first_unseen_ones():
+    cfg = load_config(None, ["train.env=sokoban", "train.groups=16", "eval.episodes=256"])
+    # 150 steps of 16 groups play pool[0:2400]; the next 256 were never played
+    assert bench_learning.pool_windows(cfg, 24576, 150) == {"played": (0, 256), "unseen": (2400, 2656)}
+    # a pool only a little longer than the run gives a shorter unseen window, one the run wraps around gives none
+    assert bench_learning.pool_windows(cfg, 2500, 150) == {"played": (0, 256), "unseen": (2400, 2500)}
+    assert bench_learning.pool_windows(cfg, 1024, 150) == {"played": (0, 256)}
+    assert bench_learning.pool_windows(cfg, 100, 150) == {"played": (0, 100)}
+    # a run shorter than the window played only steps x groups of it
+    assert bench_learning.pool_windows(cfg, 24576, 10) == {"played": (0, 160), "unseen": (160, 416)}
 
 
 def test_paired_episodes_average_each_instance_over_its_samples(tmp_path):
