@@ -16,13 +16,13 @@ apart). Then base and trained success at the eval temperature on the first eval.
 pool (`played`: training played them first) and, when the pool is longer than the run plays, on as many right after
 the last one played (`unseen`), each with the paired gap and by optimal moves: the same difficulties, so a gain on
 `played` that `unseen` lacks is memorisation, and one on both is a skill however little of val it covers. Then the
-rollout success
-on the train pool over the first and the last 10 steps (what the policy learned on the instances it trains on,
-e.g. a `train.max_optimal_moves` curriculum), and over six equal windows of steps (with --train-size large enough
-that no instance comes twice, that curve is the success on unseen instances at the training temperature, on far more
-episodes than val has), under it the mean optimal moves of each window's instances (a pool in seed order is not
-equally hard throughout). Last, seconds per training step split into rollout, scoring and update, with tokens per
-second.
+rollout success on the train pool over the first and the last 10 steps (what the policy learned on the instances it
+trains on, e.g. a `train.max_optimal_moves` curriculum), and over six equal windows of steps (with --train-size large
+enough that no instance comes twice, that curve is the success on unseen instances at the training temperature, on far
+more episodes than val has; its level is to be read against the base's success on such instances, which the
+`unseen` row gives at the eval temperature), under it the mean optimal moves of each window's instances (a pool in
+seed order is not equally hard throughout). Last, seconds per training step split into rollout, scoring and update,
+with tokens per second.
 
 `--sft-base-steps N` starts from (and compares against) a base with some skill instead of the pipeline's warm base:
 stage base with `base.mode=sft base.steps=N` (solver demonstrations for every env, N supervised steps) built into
