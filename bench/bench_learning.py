@@ -127,6 +127,11 @@ def success_by_moves(envs_dir: str, env: str, split: str, paired: pl.DataFrame) 
     return [(name, part.height, part["base"].mean(), part["trained"].mean()) for name, part in parts if part.height]
 
 
+def by_moves_line(by_moves: list[tuple[str, int, float, float]]) -> str:
+    """`success_by_moves`' rows as one printed line: `bucket (instances): base -> trained | ...`."""
+    return " | ".join(f"{name} ({n}): {base:.3f} -> {trained:.3f}" for name, n, base, trained in by_moves)
+
+
 def moves_per_step(cfg: Config, envs_dir: str, env: str, steps: int) -> list[float]:
     """Mean optimal move count of the instances each step 0..steps-1 rolls out (`step_specs` over the train pool),
     so a window of the rollout-success curve can be read against its instance mix (a pool in seed order is not
@@ -195,6 +200,15 @@ def played(cfg: Config, policy: Policy, env: str, seeds: list[int]) -> list[floa
     return instance_success(trajectories, len(seeds))
 
 
+def played_pair(cfg: Config, base_policy: Policy, trained_policy: Policy, env: str, seeds: list[int]
+                ) -> pl.DataFrame:
+    """Both policies on the same instances (`played`, same random stream): one row per seed with `seed`, `base`,
+    `trained`, each the instance's success rate over eval.samples episodes, as `paired_gap` and `success_by_moves`
+    read them."""
+    return pl.DataFrame({"seed": seeds, "base": played(cfg, base_policy, env, seeds),
+                         "trained": played(cfg, trained_policy, env, seeds)})
+
+
 def pool_windows(cfg: Config, pool_size: int, steps: int) -> dict[str, tuple[int, int]]:
     """The train-pool instances (index ranges into the pool) whose base and trained success the pool rows compare:
     `played`, the first eval.episodes (fewer if the run plays fewer), which step 1 (the stage-filter batch) and the
@@ -218,9 +232,7 @@ def pool_fit(cfg: Config, base_policy: Policy, trained_policy: Policy, envs_dir:
     pool = read_train_pool(envs_dir, env, cfg.train.max_optimal_moves)
     rows = {}
     for name, (lo, hi) in pool_windows(cfg, len(pool), steps).items():
-        seeds = pool[lo:hi]
-        paired = pl.DataFrame({"seed": seeds, "base": played(cfg, base_policy, env, seeds),
-                               "trained": played(cfg, trained_policy, env, seeds)})
+        paired = played_pair(cfg, base_policy, trained_policy, env, pool[lo:hi])
         gap, paired_se = paired_gap(paired)
         rows[name] = {"window": [lo, hi], "base": {"success_rate": paired["base"].mean()},
                       "trained": {"success_rate": paired["trained"].mean()}, "gap": gap, "paired_se": paired_se,
@@ -285,14 +297,14 @@ def main() -> None:
         for row in r["splits"]:
             if len(row["by_moves"]) > 1:  # one bucket (bandit: every instance is one pull) says nothing new
                 print(f"{r['run']:<15} {row['split']:<5} by optimal moves (episodes: base -> trained): "
-                      + " | ".join(f"{name} ({n}): {b:.3f} -> {t:.3f}" for name, n, b, t in row["by_moves"]))
+                      + by_moves_line(row["by_moves"]))
     for r in results:
         for name, row in r["pool"].items():
             lo, hi = row["window"]
             print(f"{r['run']:<15} train-pool success at T {cfg.eval.temperature}, {name} (pool[{lo}:{hi}]): base "
                   f"{row['base']['success_rate']:.3f}, trained {row['trained']['success_rate']:.3f}, paired gap "
                   f"{row['gap']:+.3f} ({row['gap'] / max(row['paired_se'], 1e-9):+.1f} SE); by optimal moves: "
-                  + " | ".join(f"{label} ({n}): {b:.3f} -> {t:.3f}" for label, n, b, t in row["by_moves"]))
+                  + by_moves_line(row["by_moves"]))
     for r in results:
         print_curve(r["run"], r["curve"], r["moves"])
     for r in results:

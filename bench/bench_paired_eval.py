@@ -25,8 +25,7 @@ from __future__ import annotations
 import argparse
 import time
 
-import polars as pl
-from bench_learning import paired_gap, played, success_by_moves  # bench/ is on sys.path when this script runs
+from bench_learning import by_moves_line, paired_gap, played_pair, success_by_moves  # bench/ is on sys.path
 
 from flows.common import read_seeds, read_train_pool
 from ragen.config import load_config
@@ -61,13 +60,11 @@ def main() -> None:
                              f"instances of at most train.max_optimal_moves={cfg.train.max_optimal_moves} moves")
         else:
             instances[split] = read_seeds(args.envs_dir, args.env, split)[: cfg.eval.episodes]
-    policies = {name: load_policy(path, device="cpu") for name, path in (("base", args.base),
-                                                                        ("trained", args.trained))}
+    base_policy, trained_policy = (load_policy(path, device="cpu") for path in (args.base, args.trained))
     rows, start = [], time.perf_counter()
     for split, seeds in instances.items():
-        rates = {name: played(cfg, policy, args.env, seeds) for name, policy in policies.items()}
-        paired = pl.DataFrame({"seed": seeds, **rates})
-        rows.append((split, len(seeds), *(mean_and_se(rates[name]) for name in ("base", "trained")),
+        paired = played_pair(cfg, base_policy, trained_policy, args.env, seeds)
+        rows.append((split, len(seeds), *(mean_and_se(paired[name].to_list()) for name in ("base", "trained")),
                      paired_gap(paired),
                      success_by_moves(args.envs_dir, args.env, "train" if split == "pool" else split, paired)))
     print(f"\n# paired evaluation | {args.env} | {args.samples} episodes per instance at T {cfg.eval.temperature} | "
@@ -80,8 +77,7 @@ def main() -> None:
               f"{gap / max(se, 1e-9):>+6.1f}")
     for split, *_, buckets in rows:
         if len(buckets) > 1:
-            print(f"{split:<5} by optimal moves (instances: base -> trained): "
-                  + " | ".join(f"{name} ({n}): {before:.3f} -> {after:.3f}" for name, n, before, after in buckets))
+            print(f"{split:<5} by optimal moves (instances: base -> trained): {by_moves_line(buckets)}")
 
 
 if __name__ == "__main__":

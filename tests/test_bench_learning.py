@@ -62,6 +62,7 @@ def test_success_by_moves_buckets_then_exact_short_counts(tmp_path):
     rows = bench_learning.success_by_moves(str(tmp_path), "sokoban", "val", paired)
     # the unsolvable instance (no optimal move count) is in no row; =3 is empty and left out
     assert rows == [("1-3", 3, 0.5, 2 / 3), ("4-6", 1, 0.0, 0.25), ("=1", 2, 0.25, 1.0), ("=2", 1, 1.0, 0.0)]
+    assert bench_learning.by_moves_line(rows[:2]) == "1-3 (3): 0.500 -> 0.667 | 4-6 (1): 0.000 -> 0.250"
     bandit = tmp_path / "bandit"
     bandit.mkdir()
     pl.DataFrame({"seed": [1, 2], "optimal_moves": [1, 1]}).write_parquet(bandit / "val.parquet")
