@@ -75,6 +75,9 @@ from ragen.warmstart import scripted_responder
 
 
 WINDOWS = 6  # the train-pool rollout success curve is printed as this many window means
+OPENING = {"rollout/first_action_entropy": "first-action entropy (nats)",  # ragen.diagnostics, by csv column
+           "rollout/first_action_mi": "first action's information on the instance (nats)",
+           "rollout/first_action_top_share": "most common first action's share"}
 
 
 def paired_episodes(envs_dir: str, out: Path, env: str, split: str, episodes: int) -> pl.DataFrame:
@@ -306,7 +309,12 @@ def main() -> None:
                   f"{row['gap']:+.3f} ({row['gap'] / max(row['paired_se'], 1e-9):+.1f} SE); by optimal moves: "
                   + by_moves_line(row["by_moves"]))
     for r in results:
-        print_curve(r["run"], r["curve"], r["moves"])
+        for row in r["splits"]:
+            line = first_action_line(row["base"], row["trained"])
+            if line:
+                print(f"{r['run']:<15} {row['split']:<5} first action, base -> trained: {line}")
+    for r in results:
+        print_curve(r["run"], r["curve"], r["moves"], r.get("opening", {}))
     for r in results:
         t = r["timing"]
         per_step = t["timing/rollout_s_mean"] + t["timing/score_s_mean"] + t["timing/update_s_mean"]
@@ -325,10 +333,11 @@ def main() -> None:
                     print(seed_summary(env, f"pool, {window}", rows))
 
 
-def print_curve(run: str, success: list[float], moves: list[float]) -> None:
+def print_curve(run: str, success: list[float], moves: list[float], opening: dict[str, list[float]]) -> None:
     """The train-pool rollout success of steps 2.. (`success`; step 1 trains on the stage-filter batch, so its
     figures are not a fresh rollout): first and last 10 steps, then WINDOWS equal windows with the mean optimal moves
-    of their instances (`moves`, the same steps')."""
+    of their instances (`moves`, the same steps') and the first-action diagnostics of their rollouts (`opening`:
+    csv column -> the same steps' values; NaN in runs made before they were logged)."""
     if not success:  # a one-step run has no fresh rollout to report
         return
     head, tail = success[:10], success[-10:]
@@ -341,6 +350,18 @@ def print_curve(run: str, success: list[float], moves: list[float]) -> None:
               + " ".join(f"{lo + 2}-{hi + 1} {sum(success[lo:hi]) / (hi - lo):.3f}" for lo, hi in spans))
         print(f"{run:<15} mean optimal moves of those windows' instances: "
               + " ".join(f"{lo + 2}-{hi + 1} {sum(moves[lo:hi]) / (hi - lo):.2f}" for lo, hi in spans))
+        for key, values in opening.items():
+            if not any(math.isnan(v) for v in values):
+                print(f"{run:<15} {OPENING[key]} in those windows: "
+                      + " ".join(f"{lo + 2}-{hi + 1} {sum(values[lo:hi]) / (hi - lo):.3f}" for lo, hi in spans))
+
+
+def first_action_line(base: dict[str, float], trained: dict[str, float]) -> str:
+    """Base -> trained first-action diagnostics of one split's evaluation (ragen.diagnostics; the information needs
+    eval.samples >= 2), '' where the evaluations predate them."""
+    keys = [k for k in ("first_action_entropy", "first_action_mi", "first_action_top_share")
+            if k in base and k in trained]
+    return " | ".join(f"{OPENING['rollout/' + k]} {base[k]:.3f} -> {trained[k]:.3f}" for k in keys)
 
 
 def seed_summary(env: str, split: str, rows: list[dict]) -> str:
@@ -402,6 +423,7 @@ def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, en
     steps = read_steps_csv(out / "train_steps.csv")
     result["curve"] = [row["rollout/success_rate"] for row in steps[1:]]
     result["moves"] = moves_per_step(cfg, envs_dir, env, len(steps))[1:]
+    result["opening"] = {key: [row.get(key, math.nan) for row in steps[1:]] for key in OPENING if key in steps[0]}
     write_json(cached, result)
     return result
 

@@ -36,7 +36,8 @@ from flows.update import update_policy
 from ragen.ablation import AblationRun, AblationSet, RunnerSpec, expand_set, read_ablations, runner_spec
 from ragen.config import config_digest, load_config
 from ragen.fileio import write_text
-from ragen.report import echo_trap, markdown_table, mean_series, plot_curves, read_steps_csv, to_series
+from ragen.report import (echo_trap, markdown_table, mean_series, plot_curves, read_steps_csv, template_collapse,
+                          to_series)
 from ragen.tracking import MlflowTracker
 
 
@@ -119,13 +120,14 @@ def set_report(ablation: AblationSet, out_root: Path, results: dict[str, dict]) 
             values = [results[run.name]["eval"][env][split]["success_rate"] for run in runs]
             row += [statistics.mean(values), statistics.stdev(values) if len(values) > 1 else math.nan]
         row += [results[runs[0].name]["eval"][env]["val"]["success_ceiling"],
-                "; ".join(sorted({str(echo_trap(s)["verdict"]) for s in per_run}))]
+                "; ".join(sorted({str(echo_trap(s)["verdict"]) for s in per_run})),
+                "; ".join(str(template_collapse(s)["collapse_step"] or "none") for s in per_run)]
         rows.append(row)
     pngs = plot_curves(series, out / "plots", f"ablation set {ablation.name}")
     text = "\n".join([
         f"# Ablation set `{ablation.name}`", "", ablation.description, "",
         markdown_table(["variant", "env", "runs", "val success", "sd", "test success", "sd", "val ceiling",
-                        "echo trap marker"], rows),
+                        "echo trap marker", "template marker (per seed)"], rows),
         "", "Curves: the mean over a variant's seeds, the band its min and max; dotted lines mark reward-std "
         "collapse (ragen/report.py).", "", f"![curves](plots/{pngs[0].name})", "",
         "Runs:", "", *[f"- `{run.name}`: {' '.join(run.overrides)}" for run in ablation.runs], ""])

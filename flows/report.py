@@ -19,7 +19,8 @@ from prefect import flow
 from flows.common import run_stage
 from ragen.config import Config, load_config
 from ragen.fileio import write_text
-from ragen.report import STD_DROP, echo_trap, markdown_table, plot_curves, read_steps_csv, to_series
+from ragen.report import (STD_DROP, TEMPLATE_DROP, TEMPLATE_MI, echo_trap, markdown_table, plot_curves,
+                          read_steps_csv, template_collapse, to_series)
 from ragen.tracking import MlflowTracker, preset_of
 
 
@@ -33,7 +34,7 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, steps_rows: list[dict[str,
     base, rollout, filt = (_read(metrics_dir / f"{name}.json") for name in ("base", "rollout", "filter"))
     train, evaluation = _read(metrics_dir / "train.json"), _read(metrics_dir / "eval.json")
     env, series = cfg.train.env, to_series(cfg.train.env, steps_rows)
-    trap = echo_trap(series)
+    trap, template = echo_trap(series), template_collapse(series)
     start = next((r["val_success"] for r in steps_rows if not math.isnan(r["val_success"])), math.nan)
     final = train.get(f"val/{env}/success", math.nan)
     lines = [
@@ -61,6 +62,12 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, steps_rows: list[dict[str,
         f"Echo Trap marker (in-group reward std below {STD_DROP:.0%} of its peak for good): "
         f"{'none' if trap['collapse_step'] is None else 'step ' + str(trap['collapse_step'])} -> {trap['verdict']}.",
         "",
+        f"Template marker (first-action entropy below {TEMPLATE_DROP:.0%} of its first value, with under "
+        f"{TEMPLATE_MI} nats on the instance, for good): "
+        f"{'none' if template['collapse_step'] is None else 'step ' + str(template['collapse_step'])}. First action: "
+        f"entropy {template['entropy_first']:.3f} -> {template['entropy_last']:.3f} nats, information on the instance "
+        f"{template['mi_first']:.3f} -> {template['mi_last']:.3f} nats.",
+        "",
         "## Base policy (stage base, val split, rollout temperature)",
         "",
         markdown_table(["env", "format-valid", "success", "random-action success"],
@@ -85,8 +92,10 @@ def report(params: str = "params.yaml", overrides: list[str] | None = None, metr
         pngs = plot_curves([to_series(cfg.train.env, rows)], out, f"{cfg.train.env} | {preset_of(cfg)}")
         text = pipeline_markdown(cfg, metrics_path, rows, pngs[0].name)
         write_text(out / "report.md", text)
-        trap = echo_trap(to_series(cfg.train.env, rows))
-        tracker.set_tags({"ragen.echo_trap": trap["verdict"]})
+        series = to_series(cfg.train.env, rows)
+        trap, template = echo_trap(series), template_collapse(series)
+        tracker.set_tags({"ragen.echo_trap": trap["verdict"],
+                          "ragen.template_step": str(template["collapse_step"] or "none")})
         for path in [out / "report.md", *pngs]:
             tracker.log_file(path, "report")
         print(f"report | {out / 'report.md'} | echo trap: {trap['verdict']}")

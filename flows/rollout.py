@@ -5,16 +5,13 @@ Run: `python -m flows.rollout [key=value ...]`.
 
 from __future__ import annotations
 
-import torch
 from prefect import flow
 
 from flows.common import read_train_pool, run_stage, write_json
 from ragen.config import load_config
 from ragen.policy import load_policy
 from ragen.tracking import MlflowTracker
-from ragen.filters import group_stds
-from ragen.train import collect
-from ragen.rollout import summarize
+from ragen.train import collect, rollout_metrics
 from ragen.trajectory_io import sample_table, write_trajectories
 
 
@@ -27,10 +24,7 @@ def rollout(params: str = "params.yaml", overrides: list[str] | None = None, env
     with MlflowTracker.for_stage(cfg, "rollout") as tracker:
         policy = load_policy(base_dir, **cfg.model.placement())
         trajectories = collect(cfg, policy, pool, step=0)
-        _, stds = group_stds(torch.tensor([t.traj_return for t in trajectories]),
-                             torch.tensor([t.group_id for t in trajectories]))
-        metrics = {f"rollout/{k}": v for k, v in summarize(trajectories).items()}
-        metrics |= {"rollout/in_group_std_mean": float(stds.mean()), "rollout/in_group_std_max": float(stds.max())}
+        metrics = rollout_metrics(trajectories)
         write_trajectories(out, trajectories)
         tracker.log_metrics(metrics)
         tracker.log_table(sample_table(trajectories), "samples/base_rollouts.json")

@@ -8,6 +8,7 @@ from typing import Sequence
 import torch
 
 from ragen.config import RolloutConfig
+from ragen.diagnostics import action_dependence
 from ragen.policy import Policy
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import policy_responder, run_episodes, summarize
@@ -35,7 +36,7 @@ def evaluate_policy(policy: Policy, tag: str, seeds: Sequence[int], cfg: Rollout
         trajectories += run_episodes(specs, responder, policy.renderer(cfg.enable_think), cfg,
                                      max_positions=policy.model.config.max_position_embeddings)
     _, se = mean_and_se(instance_success(trajectories, len(seeds)))
-    return {**summarize(trajectories), "success_se": se}, trajectories
+    return {**summarize(trajectories), **action_dependence(trajectories), "success_se": se}, trajectories
 
 
 def instance_success(trajectories: Sequence[Trajectory], instances: int) -> list[float]:

@@ -8,6 +8,11 @@ Echo Trap marker (RAGEN section 4): the step after which the in-group reward std
 peak (step 0, the stage-filter batch, left out of the peak): the rollouts of a group have become alike. It is
 called a trap when validation success ends clearly below its best (a collapse), and a convergence when success
 stays at its best; a success collapse with the reward std kept is reported as such.
+
+Template marker (ragen.diagnostics): the step after which the entropy of the episodes' first action stays below
+`TEMPLATE_DROP` of its first value while that action carries less than `TEMPLATE_MI` nats about the instance: the
+policy opens the same way whatever it is shown. The reward std can stay up meanwhile, so the Echo Trap marker misses
+it. Where one action is best everywhere (the bandit) this is the solution, not a failure.
 """
 
 from __future__ import annotations
@@ -25,9 +30,13 @@ CURVES = {  # csv column -> plot title
     "rollout/in_group_std_mean": "in-group reward std",
     "actor/entropy": "entropy",
     "actor/grad_norm": "grad norm",
+    "rollout/first_action_entropy": "first-action entropy (nats)",
+    "rollout/first_action_mi": "first action's information on the instance (nats)",
 }
 STD_DROP = 0.25
 COLLAPSE_MARGIN = 0.1
+TEMPLATE_DROP = 0.5
+TEMPLATE_MI = 0.1
 
 
 @dataclass(frozen=True)
@@ -90,8 +99,25 @@ def echo_trap(series: Series) -> dict[str, float | int | str | None]:
     return {"collapse_step": step, "verdict": verdict, "best_val_success": best, "final_val_success": last}
 
 
+def template_collapse(series: Series) -> dict[str, float | int | None]:
+    """The step after which the first action's entropy stays below TEMPLATE_DROP of its first value with its
+    information on the instance below TEMPLATE_MI nats (or None), and both quantities at the first and last step."""
+    entropy, mi = series.values["rollout/first_action_entropy"], series.values["rollout/first_action_mi"]
+    known = [i for i, (h, m) in enumerate(zip(entropy, mi)) if not (math.isnan(h) or math.isnan(m))]
+    if not known:
+        return {"collapse_step": None, "entropy_first": math.nan, "entropy_last": math.nan,
+                "mi_first": math.nan, "mi_last": math.nan}
+    first, step = entropy[known[0]], None
+    for j, i in enumerate(known):
+        if all(entropy[k] < TEMPLATE_DROP * first and mi[k] < TEMPLATE_MI for k in known[j:]):
+            step = series.steps[i]
+            break
+    return {"collapse_step": step, "entropy_first": first, "entropy_last": entropy[known[-1]],
+            "mi_first": mi[known[0]], "mi_last": mi[known[-1]]}
+
+
 def plot_curves(series: Sequence[Series], out_dir: str | Path, title: str) -> list[Path]:
-    """One PNG per metric (every series on the same axes) plus a 2x2 overview; returns the paths written."""
+    """One PNG per metric (every series on the same axes) plus a 2x3 overview; returns the paths written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,7 +126,7 @@ def plot_curves(series: Sequence[Series], out_dir: str | Path, title: str) -> li
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    overview, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
+    overview, axes = plt.subplots(2, 3, figsize=(15, 7), constrained_layout=True)
     for (key, name), overview_ax in zip(CURVES.items(), axes.flat):
         figure, ax = plt.subplots(figsize=(6, 3.6), constrained_layout=True)
         for target in (ax, overview_ax):

@@ -27,6 +27,7 @@ from transformers import PreTrainedModel
 from ragen.advantages import normalization_groups, normalize_returns
 from ragen.batching import RolloutBatch, build_batch
 from ragen.config import Config
+from ragen.diagnostics import action_dependence
 from ragen.filters import best_success_per_group, filter_groups_by_reward_std, group_stds
 from ragen.policy import Policy
 from ragen.policy.scoring import score_sequences, shareable_prefix
@@ -68,6 +69,17 @@ def collect(cfg: Config, policy: Policy, pool: Sequence[int], step: int) -> list
     return run_episodes(step_specs(cfg, pool, step), policy_responder(policy, cfg.rollout, generator=generator),
                         policy.renderer(cfg.rollout.enable_think), cfg.rollout,
                         max_positions=policy.model.config.max_position_embeddings)
+
+
+def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """The rollout/ family of one batch: `summarize`'s rates, the first action's dependence on the instance
+    (ragen.diagnostics) and the in-group std of the raw returns, the Echo Trap signal (the filter sees normalised
+    scores, as RAGEN's does: under mean_std every non-degenerate group has std 1)."""
+    _, raw_stds = group_stds(torch.tensor([t.traj_return for t in trajectories]),
+                             torch.tensor([t.group_id for t in trajectories]))
+    metrics = summarize(trajectories) | action_dependence(trajectories)
+    metrics |= {"in_group_std_mean": float(raw_stds.mean()), "in_group_std_max": float(raw_stds.max())}
+    return {f"rollout/{k}": v for k, v in metrics.items()}
 
 
 def select(cfg: Config, trajectories: Sequence[Trajectory], *, already_filtered: bool = False,
@@ -156,12 +168,7 @@ def train_step(cfg: Config, learner: Learner, pool: Sequence[int], step: int,
         update_s = time.perf_counter() - start
         trained_tokens = int(batch.attention_mask.sum())
     sampled_tokens = sum(len(turn.response_ids) for t in trajectories for turn in t.turns)
-    metrics |= {f"rollout/{k}": v for k, v in summarize(trajectories).items()}
-    # the Echo Trap signal is the std of the raw returns (the filter sees normalised scores, as RAGEN's does:
-    # under mean_std every non-degenerate group has std 1)
-    _, raw_stds = group_stds(torch.tensor([t.traj_return for t in trajectories]),
-                             torch.tensor([t.group_id for t in trajectories]))
-    metrics |= {"rollout/in_group_std_mean": float(raw_stds.mean()), "rollout/in_group_std_max": float(raw_stds.max())}
+    metrics |= rollout_metrics(trajectories)
     metrics |= stats | {"timing/rollout_s": rollout_s, "timing/score_s": score_s, "timing/update_s": update_s,
                         "perf/rollout_tokens_per_s": sampled_tokens / max(rollout_s, 1e-9),
                         "perf/score_tokens_per_s": trained_tokens / max(score_s, 1e-9),

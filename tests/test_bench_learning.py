@@ -85,3 +85,24 @@ def test_seed_summary_pools_gaps_over_training_seeds():
     # sqrt(2) * 0.01 / 2 = 0.00707 in evaluation noise alone: 2.8 SE of that, not 10
     two = bench_learning.seed_summary("sokoban", "test", [row(0.1, 0.12, 0.022, 0.01), row(0.1, 0.118, 0.018, 0.01)])
     assert "gap +0.020 ± 0.002 between seeds, ± 0.007 from evaluation noise alone (+2.8 SE of the larger)" in two
+
+
+def test_first_action_line_and_windows(capsys):
+    base = {"first_action_entropy": 1.4, "first_action_mi": 0.02, "first_action_top_share": 0.3}
+    trained = {"first_action_entropy": 0.2, "first_action_mi": 0.01, "first_action_top_share": 0.95}
+    assert bench_learning.first_action_line(base, trained) == (
+        "first-action entropy (nats) 1.400 -> 0.200 | first action's information on the instance (nats) 0.020 -> "
+        "0.010 | most common first action's share 0.300 -> 0.950")
+    # one-sample evaluations have no information; evaluations from before the diagnostics have nothing
+    one_sample = {k: v for k, v in base.items() if k != "first_action_mi"}
+    assert "information" not in bench_learning.first_action_line(one_sample, trained)
+    assert bench_learning.first_action_line({"success_rate": 0.1}, {"success_rate": 0.2}) == ""
+    # 12 steps, 6 windows of 2: the entropy's window means; a column with gaps (older csv) is left out
+    entropy = [1.4, 1.2, 1.0, 1.0, 0.8, 0.6, 0.5, 0.5, 0.4, 0.2, 0.2, 0.2]
+    bench_learning.print_curve("sokoban/s0", [0.4] * 12, [2.0] * 12,
+                               {"rollout/first_action_entropy": entropy,
+                                "rollout/first_action_mi": [float("nan")] * 12})
+    out = capsys.readouterr().out
+    assert "sokoban/s0      first-action entropy (nats) in those windows: 2-3 1.300 4-5 1.000 6-7 0.700 8-9 0.500 " \
+           "10-11 0.300 12-13 0.200" in out
+    assert "information" not in out

@@ -4,13 +4,16 @@ import math
 
 import pytest
 
-from ragen.report import CURVES, Series, echo_trap, markdown_table, mean_series, plot_curves, read_steps_csv, to_series
+from ragen.report import (CURVES, Series, echo_trap, markdown_table, mean_series, plot_curves, read_steps_csv,
+                          template_collapse, to_series)
 
 
-def series(std, entropy, success, label="run"):
+def series(std, entropy, success, label="run", first_entropy=None, first_mi=None):
     steps = list(range(len(std)))
     values = {"rollout/in_group_std_mean": std, "actor/entropy": entropy, "val_success": success,
-              "actor/grad_norm": [1.0] * len(std)}
+              "actor/grad_norm": [1.0] * len(std),
+              "rollout/first_action_entropy": first_entropy or [math.nan] * len(std),
+              "rollout/first_action_mi": first_mi or [math.nan] * len(std)}
     return Series(label, steps, values)
 
 
@@ -31,6 +34,25 @@ def test_collapse_with_success_held_is_convergence_and_a_rebound_is_no_collapse(
     filtered_start = series(std=[0.9, 0.2, 0.15, 0.1], entropy=[1.0] * 4, success=[0.5, 0.6, 0.2, 0.1])
     assert echo_trap(filtered_start)["collapse_step"] is None
     assert echo_trap(filtered_start)["verdict"] == "success collapsed (reward std kept)"
+
+
+def test_template_marker_needs_low_entropy_and_no_information_for_good():
+    flat = [0.3] * 6
+    # the opening narrows to one action (entropy below half of 1.4 from step 3 on) and says nothing of the instance
+    template = series(flat, flat, flat, first_entropy=[1.4, 1.3, 0.9, 0.6, 0.3, 0.2],
+                      first_mi=[0.02, 0.05, 0.03, 0.01, 0.0, 0.01])
+    assert template_collapse(template) == {"collapse_step": 3, "entropy_first": 1.4, "entropy_last": 0.2,
+                                           "mi_first": 0.02, "mi_last": 0.01}
+    # the same entropy fall with the information up is a policy that reads the state: no marker
+    reading = series(flat, flat, flat, first_entropy=[1.4, 1.3, 0.9, 0.6, 0.3, 0.2],
+                     first_mi=[0.02, 0.1, 0.2, 0.3, 0.2, 0.15])
+    assert template_collapse(reading)["collapse_step"] is None
+    # a narrow spell that widens again is no marker; steps without the metric (older csvs) are skipped
+    spell = series(flat, flat, flat, first_entropy=[1.4, 0.3, 0.2, 1.0, math.nan, 0.3],
+                   first_mi=[0.0, 0.0, 0.0, 0.0, math.nan, 0.0])
+    assert template_collapse(spell)["collapse_step"] == 5
+    older = series(flat, flat, flat)
+    assert template_collapse(older)["collapse_step"] is None and math.isnan(template_collapse(older)["mi_last"])
 
 
 def test_mean_series_averages_seeds_with_a_min_max_band():
