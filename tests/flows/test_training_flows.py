@@ -60,12 +60,15 @@ def test_training_stages_end_to_end(prepared):
     for key in ("rollout/success_rate", "rollout/in_group_std_mean", "filter/kept_frac", "filter/std_mass_kept",
                 "actor/pg_loss", "actor/clipfrac_low", "actor/clipfrac_high", "actor/approx_kl", "actor/entropy",
                 "actor/grad_norm", "actor/lr", "critic/value_loss", "critic/explained_var", "timing/rollout_s",
-                "timing/update_s", "val/bandit/success"):
+                "timing/update_s", "val/bandit/success", "rollout/first_action_entropy", "rollout/first_action_mi"):
         assert key in run.data.metrics, key
     assert len(client.get_metric_history(run.info.run_id, "actor/pg_loss")) == 4
     results = evaluate(params=params, overrides=SMALL)
     assert set(results) == {"bandit", "bandit_test"}
     assert results["bandit"]["val"]["success_ceiling"] == 1.0
+    # one episode per instance: the opening's entropy and top share, no information estimate
+    assert {"first_action_entropy", "first_action_top_share"} <= set(results["bandit"]["val"])
+    assert "first_action_mi" not in results["bandit"]["val"]
     assert json.loads((project / "metrics/eval.json").read_text()) == json.loads(json.dumps(results))
 
 
