@@ -51,7 +51,8 @@ def evaluate(params: str = "params.yaml", overrides: list[str] | None = None, en
                     "return_mean": summary["return_mean"],
                     "format_valid_rate": summary["format_valid_rate"], "success_ceiling": ceiling,
                     "success_of_ceiling": summary["success_rate"] / ceiling if ceiling > 0 else 0.0,
-                    "instances": len(seeds), "samples": cfg.eval.samples, "episodes": len(trajectories)}
+                    "instances": len(seeds), "samples": cfg.eval.samples, "episodes": len(trajectories),
+                    **{k: v for k, v in summary.items() if k.startswith("first_action_")}}  # ragen.diagnostics
                 everything += trajectories
                 r = results[tag][split]
                 print(f"evaluate | {tag:<13} {split:<4} | success {r['success_rate']:.3f} ± {r['success_se']:.3f} "
