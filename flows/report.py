@@ -66,7 +66,9 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, steps_rows: list[dict[str,
         f"{TEMPLATE_MI} nats on the instance, for good): "
         f"{'none' if template['collapse_step'] is None else 'step ' + str(template['collapse_step'])}. First action: "
         f"entropy {template['entropy_first']:.3f} -> {template['entropy_last']:.3f} nats, information on the instance "
-        f"{template['mi_first']:.3f} -> {template['mi_last']:.3f} nats.",
+        f"{template['mi_first']:.3f} -> {template['mi_last']:.3f} nats. A marker means the policy opens the same way "
+        "whatever it is shown: a collapse where the right opening depends on the instance (Sokoban), the solution "
+        "where one action is best everywhere (the bandit).",
         "",
         "## Base policy (stage base, val split, rollout temperature)",
         "",
