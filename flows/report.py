@@ -19,8 +19,8 @@ from prefect import flow
 from flows.common import run_stage
 from ragen.config import Config, load_config
 from ragen.fileio import write_text
-from ragen.report import (STD_DROP, TEMPLATE_DROP, TEMPLATE_MI, echo_trap, markdown_table, plot_curves,
-                          read_steps_csv, template_collapse, to_series)
+from ragen.report import (STD_DROP, TEMPLATE_DROP, TEMPLATE_MI, TEMPLATE_WINDOW, echo_trap, markdown_table,
+                          plot_curves, read_steps_csv, template_collapse, to_series)
 from ragen.tracking import MlflowTracker, preset_of
 
 
@@ -50,9 +50,10 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, steps_rows: list[dict[str,
         f"{cfg.train.steps} steps**.",
         "",
         markdown_table(["env", "split", "success", "± se", "ceiling", "of ceiling", "return", "format-valid",
-                        "episodes"],
+                        "episodes", "first-action entropy", "top first action"],
                        [(tag, split, r["success_rate"], r["success_se"], r["success_ceiling"],
-                         f"{r['success_of_ceiling']:.1%}", r["return_mean"], r["format_valid_rate"], r["episodes"])
+                         f"{r['success_of_ceiling']:.1%}", r["return_mean"], r["format_valid_rate"], r["episodes"],
+                         r.get("first_action_entropy", math.nan), r.get("first_action_top_share", math.nan))
                         for tag, splits in evaluation.items() for split, r in splits.items()]),
         "",
         "## Training curves",
@@ -63,8 +64,9 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, steps_rows: list[dict[str,
         f"{'none' if trap['collapse_step'] is None else 'step ' + str(trap['collapse_step'])} -> {trap['verdict']}.",
         "",
         f"Template marker (first-action entropy below {TEMPLATE_DROP:.0%} of its first value, with under "
-        f"{TEMPLATE_MI} nats on the instance, for good): "
-        f"{'none' if template['collapse_step'] is None else 'step ' + str(template['collapse_step'])}. First action: "
+        f"{TEMPLATE_MI} nats on the instance, for good; means over {TEMPLATE_WINDOW} steps): "
+        f"{'none' if template['collapse_step'] is None else 'step ' + str(template['collapse_step'])}. First action "
+        f"at the rollout temperature: "
         f"entropy {template['entropy_first']:.3f} -> {template['entropy_last']:.3f} nats, information on the instance "
         f"{template['mi_first']:.3f} -> {template['mi_last']:.3f} nats. A marker means the policy opens the same way "
         "whatever it is shown: a collapse where the right opening depends on the instance (Sokoban), the solution "

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from ragen.report import (CURVES, Series, echo_trap, markdown_table, mean_series, plot_curves, read_steps_csv,
-                          template_collapse, to_series)
+                          template_collapse, to_series, trailing_means)
 
 
 def series(std, entropy, success, label="run", first_entropy=None, first_mi=None):
@@ -38,21 +38,32 @@ def test_collapse_with_success_held_is_convergence_and_a_rebound_is_no_collapse(
 
 def test_template_marker_needs_low_entropy_and_no_information_for_good():
     flat = [0.3] * 6
-    # the opening narrows to one action (entropy below half of 1.4 from step 3 on) and says nothing of the instance
-    template = series(flat, flat, flat, first_entropy=[1.4, 1.3, 0.9, 0.6, 0.3, 0.2],
+    # the opening narrows (entropy below 3/4 of 1.4 = 1.05 from step 3 on) and says nothing of the instance
+    template = series(flat, flat, flat, first_entropy=[1.4, 1.3, 1.1, 0.9, 0.5, 0.3],
                       first_mi=[0.02, 0.05, 0.03, 0.01, 0.0, 0.01])
-    assert template_collapse(template) == {"collapse_step": 3, "entropy_first": 1.4, "entropy_last": 0.2,
-                                           "mi_first": 0.02, "mi_last": 0.01}
+    assert template_collapse(template, window=1) == {"collapse_step": 3, "entropy_first": 1.4, "entropy_last": 0.3,
+                                                     "mi_first": 0.02, "mi_last": 0.01}
     # the same entropy fall with the information up is a policy that reads the state: no marker
-    reading = series(flat, flat, flat, first_entropy=[1.4, 1.3, 0.9, 0.6, 0.3, 0.2],
+    reading = series(flat, flat, flat, first_entropy=[1.4, 1.3, 1.1, 0.9, 0.5, 0.3],
                      first_mi=[0.02, 0.1, 0.2, 0.3, 0.2, 0.15])
-    assert template_collapse(reading)["collapse_step"] is None
+    assert template_collapse(reading, window=1)["collapse_step"] is None
     # a narrow spell that widens again is no marker; steps without the metric (older csvs) are skipped
-    spell = series(flat, flat, flat, first_entropy=[1.4, 0.3, 0.2, 1.0, math.nan, 0.3],
+    spell = series(flat, flat, flat, first_entropy=[1.4, 0.3, 0.2, 1.2, math.nan, 0.3],
                    first_mi=[0.0, 0.0, 0.0, 0.0, math.nan, 0.0])
-    assert template_collapse(spell)["collapse_step"] == 5
+    assert template_collapse(spell, window=1)["collapse_step"] == 5
     older = series(flat, flat, flat)
     assert template_collapse(older)["collapse_step"] is None and math.isnan(template_collapse(older)["mi_last"])
+
+
+def test_template_marker_on_trailing_means():
+    # window 2: means 1.4, 1.4, 1.2, 0.6, 0.9, 0.9 (one noisy high step cannot undo it); below 1.05 from step 3
+    flat = [0.3] * 6
+    noisy = series(flat, flat, flat, first_entropy=[1.4, 1.4, 1.0, 0.2, 1.6, 0.2], first_mi=[0.0] * 6)
+    result = template_collapse(noisy, window=2)
+    assert result["collapse_step"] == 3
+    assert result["entropy_first"] == 1.4 and result["entropy_last"] == pytest.approx(0.9)
+    assert template_collapse(noisy, window=1)["collapse_step"] == 5  # step by step, the 1.6 resets it
+    assert trailing_means([1.0, 3.0, 5.0, 7.0], 3) == [1.0, 2.0, 3.0, 5.0]
 
 
 def test_mean_series_averages_seeds_with_a_min_max_band():
