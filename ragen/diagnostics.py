@@ -39,6 +39,13 @@ from ragen.records import Trajectory
 NO_ACTION = "<none>"  # the first turn parsed no action
 
 
+def plugin_entropy(counts: Iterable[int]) -> float:
+    """H^ = -sum_k p_k ln p_k, p_k = c_k / n over the nonzero counts (nats)."""
+    counts = [c for c in counts if c > 0]
+    n = sum(counts)
+    return -sum(c / n * math.log(c / n) for c in counts)
+
+
 def miller_madow_entropy(counts: Iterable[int]) -> float:
     """H_MM = -sum_k p_k ln p_k + (m - 1) / (2n), p_k = c_k / n over the nonzero counts c_k, m of them, n = sum_k c_k.
     Nats; 0 for a single draw or a single value."""
@@ -49,21 +56,13 @@ def miller_madow_entropy(counts: Iterable[int]) -> float:
     n = sum(counts)
     if n == 0:
         raise ValueError("no draws: the entropy of an empty sample is undefined")
-    plug_in = -sum(c / n * math.log(c / n) for c in counts)
-    return plug_in + (len(counts) - 1) / (2 * n)
+    return plugin_entropy(counts) + (len(counts) - 1) / (2 * n)
 
 
 def first_action(trajectory: Trajectory) -> str:
     """The first action the episode's first turn parsed, or NO_ACTION."""
     actions = trajectory.turns[0].actions if trajectory.turns else ()
     return actions[0] if actions else NO_ACTION
-
-
-def plugin_entropy(counts: Iterable[int]) -> float:
-    """H^ = -sum_k p_k ln p_k, p_k = c_k / n over the nonzero counts (nats)."""
-    counts = [c for c in counts if c > 0]
-    n = sum(counts)
-    return -sum(c / n * math.log(c / n) for c in counts)
 
 
 def expected_plugin_entropy(n: int, probs: Iterable[float]) -> float:
