@@ -68,16 +68,15 @@ from ragen.config import Config, load_config
 from ragen.evaluation import evaluate_policy, instance_success, mean_and_se
 from ragen.policy import Policy, load_policy
 from ragen.records import EpisodeSpec
-from ragen.report import read_steps_csv
+from ragen.report import CURVES, read_steps_csv
 from ragen.rollout import run_episodes, summarize
 from ragen.train import step_specs
 from ragen.warmstart import scripted_responder
 
 
 WINDOWS = 6  # the train-pool rollout success curve is printed as this many window means
-OPENING = {"rollout/first_action_entropy": "first-action entropy (nats)",  # ragen.diagnostics, by csv column
-           "rollout/first_action_mi": "first action's information on the instance (nats)",
-           "rollout/first_action_top_share": "most common first action's share"}
+OPENING = {key: CURVES[key] for key in ("rollout/first_action_entropy", "rollout/first_action_mi")} | {
+    "rollout/first_action_top_share": "most common first action's share"}  # ragen.diagnostics, by csv column
 
 
 def paired_episodes(envs_dir: str, out: Path, env: str, split: str, episodes: int) -> pl.DataFrame:

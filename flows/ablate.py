@@ -121,7 +121,8 @@ def set_report(ablation: AblationSet, out_root: Path, results: dict[str, dict]) 
             row += [statistics.mean(values), statistics.stdev(values) if len(values) > 1 else math.nan]
         row += [results[runs[0].name]["eval"][env]["val"]["success_ceiling"],
                 "; ".join(sorted({str(echo_trap(s)["verdict"]) for s in per_run})),
-                "; ".join(str(template_collapse(s)["collapse_step"] or "none") for s in per_run)]
+                "; ".join(str(step) if (step := template_collapse(s)["collapse_step"]) is not None else "none"
+                          for s in per_run)]
         rows.append(row)
     pngs = plot_curves(series, out / "plots", f"ablation set {ablation.name}")
     text = "\n".join([

@@ -19,8 +19,8 @@ from prefect import flow
 from flows.common import run_stage
 from ragen.config import Config, load_config
 from ragen.fileio import write_text
-from ragen.report import (STD_DROP, TEMPLATE_DROP, TEMPLATE_MI, TEMPLATE_WINDOW, echo_trap, markdown_table,
-                          plot_curves, read_steps_csv, template_collapse, to_series)
+from ragen.report import (STD_DROP, TEMPLATE_DROP, TEMPLATE_MI, TEMPLATE_WINDOW, Series, echo_trap,
+                          markdown_table, plot_curves, read_steps_csv, template_collapse, to_series)
 from ragen.tracking import MlflowTracker, preset_of
 
 
@@ -30,12 +30,13 @@ def _read(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def pipeline_markdown(cfg: Config, metrics_dir: Path, steps_rows: list[dict[str, float]], figure: str) -> str:
+def pipeline_markdown(cfg: Config, metrics_dir: Path, series: Series, trap: dict, template: dict, figure: str) -> str:
+    """report.md of one pipeline run: its stage metrics, the curves `figure` of `series` and their markers
+    (`echo_trap`, `template_collapse`)."""
     base, rollout, filt = (_read(metrics_dir / f"{name}.json") for name in ("base", "rollout", "filter"))
     train, evaluation = _read(metrics_dir / "train.json"), _read(metrics_dir / "eval.json")
-    env, series = cfg.train.env, to_series(cfg.train.env, steps_rows)
-    trap, template = echo_trap(series), template_collapse(series)
-    start = next((r["val_success"] for r in steps_rows if not math.isnan(r["val_success"])), math.nan)
+    env = cfg.train.env
+    start = next((v for v in series.values["val_success"] if not math.isnan(v)), math.nan)
     final = train.get(f"val/{env}/success", math.nan)
     lines = [
         f"# RAGEN pipeline report: {env}, preset {preset_of(cfg)}",
@@ -91,15 +92,14 @@ def report(params: str = "params.yaml", overrides: list[str] | None = None, metr
            out_dir: str = "reports/pipeline") -> str:
     cfg = load_config(params, overrides or [])
     metrics_path, out = Path(metrics_dir), Path(out_dir)
-    rows = read_steps_csv(metrics_path / "train_steps.csv")
+    series = to_series(cfg.train.env, read_steps_csv(metrics_path / "train_steps.csv"))
+    trap, template = echo_trap(series), template_collapse(series)
     with MlflowTracker.for_stage(cfg, "report") as tracker:
-        pngs = plot_curves([to_series(cfg.train.env, rows)], out, f"{cfg.train.env} | {preset_of(cfg)}")
-        text = pipeline_markdown(cfg, metrics_path, rows, pngs[0].name)
-        write_text(out / "report.md", text)
-        series = to_series(cfg.train.env, rows)
-        trap, template = echo_trap(series), template_collapse(series)
+        pngs = plot_curves([series], out, f"{cfg.train.env} | {preset_of(cfg)}")
+        write_text(out / "report.md", pipeline_markdown(cfg, metrics_path, series, trap, template, pngs[0].name))
+        step = template["collapse_step"]
         tracker.set_tags({"ragen.echo_trap": trap["verdict"],
-                          "ragen.template_step": str(template["collapse_step"] or "none")})
+                          "ragen.template_step": "none" if step is None else str(step)})
         for path in [out / "report.md", *pngs]:
             tracker.log_file(path, "report")
         print(f"report | {out / 'report.md'} | echo trap: {trap['verdict']}")
