@@ -137,11 +137,13 @@ def value_targets(token_rewards: torch.Tensor, loss_mask: torch.Tensor, turn_end
 
 
 def compute_grpo_advantages(traj_returns: torch.Tensor, group_ids: torch.Tensor, loss_mask: torch.Tensor,
-                            eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+                            eps: float = 1e-6, *, by_std: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Group-normalised returns broadcast to tokens (RAGEN paper eq. 5; DeepSeekMath GRPO outcome supervision).
 
         A_i = (R_i - mean_{j in g(i)} R_j) / (std_{j in g(i)} R_j + eps),   0 when the group's std <= eps
     with the unbiased std over the rollouts of the same initial state. No whitening.
+    by_std False drops the division (Dr. GRPO; verl norm_adv_by_std_in_grpo=False): A_i = R_i - mean_g R_j, so a
+    group whose returns differ only by step penalties gets advantages of that size, not of size 1.
 
     Args:
         traj_returns: (B,) trajectory returns. group_ids: (B,) group of each trajectory.
@@ -149,7 +151,8 @@ def compute_grpo_advantages(traj_returns: torch.Tensor, group_ids: torch.Tensor,
     Returns:
         advantages (B, T) (zero outside the mask), returns (B, T) = advantages (no critic).
     """
-    normalized = normalize_returns(traj_returns, group_ids, method="mean_std", eps=eps)  # (B,)
+    method = "mean_std" if by_std else "mean"
+    normalized = normalize_returns(traj_returns, group_ids, method=method, eps=eps)  # (B,)
     advantages = normalized[:, None] * loss_mask  # (B, T)
     return advantages, advantages
 

@@ -122,6 +122,9 @@ class AlgoConfig:
     gamma: float = 1.0  # GAE discount (between tokens)
     lam: float = 1.0  # GAE lambda (both levels)
     turn_gamma: float = 0.95  # bilevel_gae: discount between turns (RAGEN high_level_gamma)
+    # grpo divides each group's centred returns by their std (RAGEN, DeepSeekMath); false: Dr. GRPO (Liu et al. 2025;
+    # verl norm_adv_by_std_in_grpo=False): a group that differs only in step penalties keeps advantages of their size
+    grpo_by_std: bool = True
     reward_norm: str = "identity"  # return normalisation: identity | mean | mean_std | asym_clip
     # over which trajectories reward_norm normalises (RAGEN reward_normalization.grouping): state (the N rollouts of
     # one initial state) | inductive (every rollout of one env tag) | batch (the whole step's batch)

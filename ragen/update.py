@@ -50,6 +50,7 @@ class UpdateSettings:
     kl_reward_coef: float = 0.0  # beta of a k1 KL folded into the token rewards before the advantages (reward_k1)
     share_prefix: bool = True  # run the rows' common prompt prefix once (same values); False: every row whole
     old_logprobs: str = "rescore"  # rescore (a no-grad pass before the first step, RAGEN) | sampler (the rollout's own)
+    grpo_by_std: bool = True  # grpo: divide by the group's return std (False: Dr. GRPO, centred returns only)
 
 
 def _gae(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSettings) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,7 +66,7 @@ def _bilevel_gae(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSett
 
 
 def _grpo(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSettings) -> tuple[torch.Tensor, torch.Tensor]:
-    return compute_grpo_advantages(batch.traj_returns, batch.group_ids, batch.loss_mask)
+    return compute_grpo_advantages(batch.traj_returns, batch.group_ids, batch.loss_mask, by_std=s.grpo_by_std)
 
 
 def _rft(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSettings) -> tuple[torch.Tensor, torch.Tensor]:

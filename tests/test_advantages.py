@@ -67,6 +67,19 @@ def test_grpo_by_hand():
     assert torch.allclose(adv, expected, atol=1e-5) and torch.equal(adv, ret)
 
 
+def test_grpo_without_std_by_hand():
+    # Dr. GRPO: group 0 returns -0.5, -1.0, -0.9 (failures that differ in step penalties): mean -0.8 -> 0.3, -0.2,
+    # -0.1, where the std-divided advantages would be about 1.1, -0.73, -0.37; group 1 returns 10.6, -1.0: 5.8, -5.8
+    returns = torch.tensor([-0.5, -1.0, -0.9, 10.6, -1.0])
+    groups = torch.tensor([0, 0, 0, 1, 1])
+    mask = torch.tensor([[True, True], [True, False], [False, True], [True, True], [True, True]])
+    adv, ret = compute_grpo_advantages(returns, groups, mask, by_std=False)
+    expected = torch.tensor([[0.3, 0.3], [-0.2, 0.0], [0.0, -0.1], [5.8, 5.8], [-5.8, -5.8]])
+    assert torch.allclose(adv, expected, atol=1e-5) and torch.equal(adv, ret)
+    scaled, _ = compute_grpo_advantages(returns, groups, mask)
+    assert scaled[0, 0] == pytest.approx(0.3 / 0.26458, abs=1e-3)  # unbiased std of group 0: sqrt(0.07)
+
+
 def test_rft_is_one_on_every_trained_token():
     mask = torch.tensor([[False, True, True], [True, False, True]])
     adv, ret = compute_rft_advantages(mask)

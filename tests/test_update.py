@@ -109,6 +109,21 @@ def test_first_rescoring_matches_the_sampler(setup):
     assert stats["actor/sampler_logprob_gap"] < 1e-4
 
 
+def test_grpo_by_std_off_scores_centred_returns(setup):
+    policy, trajectories = setup
+    batch = spread_batch(policy, trajectories)
+    model = small_model(policy.tokenizer)
+    with_std = score_batch(model, None, batch, settings("grpo", old_logprobs="sampler")).advantages
+    centred = score_batch(model, None, batch, settings("grpo", old_logprobs="sampler", grpo_by_std=False)).advantages
+    for g in batch.group_ids.unique():
+        rows = batch.group_ids == g
+        r = batch.traj_returns[rows]
+        expected = (r - r.mean())[:, None] * batch.loss_mask[rows]  # (n, T)
+        assert torch.allclose(centred[rows], expected, atol=1e-5)
+        if r.std() > 1e-3:  # the default divides the same centred returns by the group's std
+            assert torch.allclose(with_std[rows], expected / (r.std() + 1e-6), atol=1e-4)
+
+
 def test_sampler_logprobs_skip_the_rescoring_pass_and_train_the_same(setup):
     """old_logprobs=sampler reads log pi_old from the rollout (no policy forward pass before the first step) and,
     the sampler being the same policy on the same ids, takes the same optimizer steps up to float error."""
