@@ -19,13 +19,14 @@ PRESETS: dict[str, list[str]] = {
                  "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.28", "algo.kl=none", "algo.kl_coef=0.0"],
     "starpo_ppo": ["algo.advantage=gae", "algo.reward_norm=identity", "filter.keep_ratio=1.0",
                    "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.2", "algo.kl=reward_k1", "algo.kl_coef=0.001"],
-    "starpo_grpo": ["algo.advantage=grpo", "algo.reward_norm=mean_std", "filter.keep_ratio=1.0",
-                    "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.2", "algo.kl=loss_k1", "algo.kl_coef=0.001"],
+    "starpo_grpo": ["algo.advantage=grpo", "algo.grpo_by_std=True", "algo.reward_norm=mean_std",
+                    "filter.keep_ratio=1.0", "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.2", "algo.kl=loss_k1",
+                    "algo.kl_coef=0.001"],
     "rft": ["algo.advantage=rft", "filter.within=best_success", "filter.keep_ratio=1.0", "filter.mode=std",
             "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.28", "algo.kl=none", "algo.kl_coef=0.0"],
-    "grpo_best": ["algo.advantage=grpo", "algo.outcome=best_success", "algo.reward_norm=mean_std",
-                  "filter.keep_ratio=1.0", "filter.mode=nonzero", "filter.within=all", "algo.clip_eps_low=0.2",
-                  "algo.clip_eps_high=0.28", "algo.kl=none", "algo.kl_coef=0.0"],
+    "grpo_best": ["algo.advantage=grpo", "algo.grpo_by_std=True", "algo.outcome=best_success",
+                  "algo.reward_norm=mean_std", "filter.keep_ratio=1.0", "filter.mode=nonzero", "filter.within=all",
+                  "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.28", "algo.kl=none", "algo.kl_coef=0.0"],
 }
 
 
