@@ -145,6 +145,11 @@ class AlgoConfig:
     # what a trajectory scores before reward_norm: return (env rewards + format penalties, RAGEN) | best_success (1 for
     # its group's best success, the highest return then the fewest actions; 0 for the rest; not RAGEN's)
     outcome: str = "return"
+    # a bonus added to each return before reward_norm, for the first action's spread (ragen.diagnostics): none |
+    # entropy (-ln p(a) over the batch: against a template collapse) | mi (ln p(a | x) - ln p(a): the opening's
+    # pointwise information on the instance); not RAGEN's. Scaled by first_action_coef (nats -> return units)
+    first_action_bonus: str = "none"
+    first_action_coef: float = 1.0
 
 
 @dataclass
@@ -294,6 +299,7 @@ def validate(config: Config) -> None:
                "algo.old_logprobs": (a.old_logprobs, ("rescore", "sampler")),
                "algo.reward_placement": (a.reward_placement, ("last", "turn")),
                "algo.outcome": (a.outcome, ("return", "best_success")),
+               "algo.first_action_bonus": (a.first_action_bonus, ("none", "entropy", "mi")),
                "train.env": (config.train.env, tuple(ENVS)),
                "model.device": (config.model.device, ("auto", "cpu", "cuda")),
                "model.dtype": (config.model.dtype, ("auto", "float32", "bfloat16", "float16")),
@@ -312,6 +318,12 @@ def validate(config: Config) -> None:
     if a.outcome != "return" and a.reward_placement != "last":
         raise ConfigError(f"algo.outcome {a.outcome} scores whole trajectories, so it needs algo.reward_placement=last "
                           f"(per-turn rewards are the env's own)")
+    if a.first_action_bonus != "none" and a.reward_placement != "last":
+        raise ConfigError(f"algo.first_action_bonus {a.first_action_bonus} adds to whole-trajectory returns, so it needs "
+                          "algo.reward_placement=last (per-turn rewards are the env's own)")
+    if a.first_action_coef < 0:
+        raise ConfigError(f"algo.first_action_coef must be >= 0 (a negative one would pay for a template), got "
+                          f"{a.first_action_coef}")
     if a.old_logprobs == "sampler" and a.loss_mask != "assistant":
         raise ConfigError(f"algo.old_logprobs sampler needs algo.loss_mask=assistant: loss_mask {a.loss_mask} also "
                           "trains on environment tokens, which the sampler did not draw and has no log-prob for; use "

@@ -100,3 +100,32 @@ def action_dependence(trajectories: Sequence[Trajectory]) -> dict[str, float]:
             mi += n_x / n * (expected_plugin_entropy(n_x, probs) - plugin_entropy(counts.values()))
         out |= {"first_action_mi": mi, "first_action_cond_entropy": out["first_action_entropy"] - mi}
     return out
+
+
+def first_action_bonus(trajectories: Sequence[Trajectory], kind: str) -> list[float]:
+    """A per-trajectory bonus (nats) whose batch mean is a plug-in estimate of a first-action measure; added to the
+    returns (algo.first_action_bonus) it rewards what the measure rewards:
+
+        entropy: b_i = -ln p^(a_i)                        mean_i b_i = H^(A)
+        mi:      b_i = ln p^(a_i | x_i) - ln p^(a_i)      mean_i b_i = I^(A; X)  (pointwise mutual information)
+
+    p^(a) is the batch's first-action frequency and p^(a | x) the instance's (its rollouts). As a reward its policy
+    gradient is the measure's: with p(a) = E_x pi(a | x), grad H(A) = -sum_a grad p(a) ln p(a)
+    = E_{x, a ~ pi}[grad ln pi(a | x) (-ln p(a))] (sum_a grad p(a) = 0), and H(A | X) likewise with pi(a | x) for
+    p(a). `entropy` spreads the openings over the batch against a template collapse; `mi` also pays an instance's
+    rollouts for agreeing, which is what reading the state looks like when groups are small."""
+    if kind not in ("entropy", "mi"):
+        raise ValueError(f"unknown first-action bonus {kind!r}; use entropy or mi")
+    actions = [first_action(t) for t in trajectories]
+    marginal = Counter(actions)
+    by_instance: dict[tuple[str, int], Counter] = defaultdict(Counter)
+    for t, a in zip(trajectories, actions):
+        by_instance[(t.tag, t.seed)][a] += 1
+    n, bonus = len(actions), []
+    for t, a in zip(trajectories, actions):
+        b = -math.log(marginal[a] / n)
+        if kind == "mi":
+            counts = by_instance[(t.tag, t.seed)]
+            b += math.log(counts[a] / sum(counts.values()))
+        bonus.append(b)
+    return bonus

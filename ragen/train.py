@@ -3,8 +3,9 @@
 Each step:
   1. roll out P groups x N rollouts of the train env; group g of step k starts from train-pool seed
      pool[(k * P + g) % len(pool)], shared by its N rollouts (common random numbers);
-  2. returns = env rewards + format penalties (or 1 for each group's best success, 0 else: algo.outcome),
-     normalised (algo.reward_norm) within the groups of algo.reward_norm_grouping (initial state, env or batch);
+  2. returns = env rewards + format penalties (or 1 for each group's best success, 0 else: algo.outcome), plus
+     algo.first_action_bonus when set, normalised (algo.reward_norm) within the groups of
+     algo.reward_norm_grouping (initial state, env or batch);
   3. keep whole groups by in-group return std (filter.keep_ratio; 1 keeps all: vanilla StarPO), or of each
      only its best success (filter.within best_success);
   4. score: batch the kept trajectories, re-score their old log-probs and values, fold the KL into the reward if
@@ -27,7 +28,7 @@ from transformers import PreTrainedModel
 from ragen.advantages import normalization_groups, normalize_returns
 from ragen.batching import RolloutBatch, build_batch
 from ragen.config import Config
-from ragen.diagnostics import action_dependence
+from ragen.diagnostics import action_dependence, first_action_bonus
 from ragen.filters import best_success_per_group, filter_groups_by_reward_std, group_stds
 from ragen.policy import Policy
 from ragen.policy.scoring import score_sequences, shareable_prefix
@@ -94,6 +95,7 @@ def select(cfg: Config, trajectories: Sequence[Trajectory], *, already_filtered:
     returns = torch.tensor([t.traj_return for t in trajectories])  # (B,)
     group_ids = torch.tensor([t.group_id for t in trajectories])  # (B,)
     best = None  # (B,) bool: each group's best success, when an option asks for it
+    metrics: dict[str, float] = {}
     if "best_success" in (cfg.algo.outcome, cfg.filter.within):
         best = best_success_per_group(returns, group_ids, torch.tensor([t.success for t in trajectories]),
                                       torch.tensor([t.num_actions for t in trajectories]))
@@ -106,12 +108,16 @@ def select(cfg: Config, trajectories: Sequence[Trajectory], *, already_filtered:
                          "scores normalised before filtering; rerun stage filter (dvc repro filter), which stores them")
     else:
         outcome = best.float() if cfg.algo.outcome == "best_success" else returns  # (B,)
+        if cfg.algo.first_action_bonus != "none":
+            bonus = torch.tensor(first_action_bonus(trajectories, cfg.algo.first_action_bonus))  # (B,)
+            outcome = outcome + cfg.algo.first_action_coef * bonus
+            metrics["rollout/first_action_bonus"] = float(bonus.mean())  # H^(A) or I^(A; X), plug-in
         norm_groups = normalization_groups(group_ids, [t.tag for t in trajectories], cfg.algo.reward_norm_grouping)
         scores = normalize_returns(outcome, norm_groups, method=cfg.algo.reward_norm)  # (B,)
     keep_ratio = 1.0 if already_filtered else cfg.filter.keep_ratio
     mode = "std" if already_filtered else cfg.filter.mode
     keep, stats = filter_groups_by_reward_std(scores, group_ids, keep_ratio, mode)
-    metrics = {f"filter/{k}": v for k, v in stats.as_metrics().items()}
+    metrics |= {f"filter/{k}": v for k, v in stats.as_metrics().items()}
     if cfg.filter.within == "best_success":  # of each kept group only its best success (idempotent on step 1)
         keep &= best
         metrics["filter/kept_frac"] = float(keep.float().mean())

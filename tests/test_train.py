@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from ragen.config import load_config
+from ragen.diagnostics import first_action_bonus
 from ragen.envs import make_env
 from ragen.policy import Policy
 from ragen.policy.model import build_critic, build_tiny_model
@@ -165,3 +166,23 @@ def test_reference_logprobs_run_the_shared_prompt_once_with_the_full_pass_values
         assert (full[row, start + 1 : start + lp] != 0).all()
     policy_lp, _ = score_sequences(learner.policy.model, batch.input_ids, batch.attention_mask, with_entropy=False)
     assert not torch.allclose(ref_logprobs[mask], policy_lp[mask])  # the reference's, not the policy's
+
+
+def test_select_adds_the_first_action_bonus_before_normalising(tokenizer):
+    collected = collect(load_config(None, CFG), fresh_learner(tokenizer).policy, list(range(100, 110)), 0)
+    openings = ["Up", "Up", "Up", "Left"] + ["Down", "Left", "Left", "Right"] + ["Up", "Down", "Down", "Down"]
+    played = [replace(t, turns=(replace(t.turns[0], actions=(a,)),) + t.turns[1:])
+              for t, a in zip(collected, openings)]  # the random model parses no action in 10 tokens
+    plain = ["filter.keep_ratio=1.0"]
+    _, returns, _ = select(load_config(None, CFG + plain), played)
+    for kind in ("entropy", "mi"):
+        bonus = torch.tensor(first_action_bonus(played, kind))
+        cfg = load_config(None, CFG + plain + [f"algo.first_action_bonus={kind}", "algo.first_action_coef=0.5"])
+        kept, scores, metrics = select(cfg, played)
+        assert bonus.std() > 0.1 and kept == played and torch.allclose(scores, returns + 0.5 * bonus)
+        assert metrics["rollout/first_action_bonus"] == pytest.approx(float(bonus.mean()))
+    # mean_std within each group: the bonus moves the scores, not only their level
+    grpo = CFG + plain + ["algo.reward_norm=mean_std"]
+    _, with_bonus, _ = select(load_config(None, grpo + ["algo.first_action_bonus=mi"]), played)
+    _, without, _ = select(load_config(None, grpo), played)
+    assert not torch.allclose(with_bonus, without)
