@@ -103,26 +103,32 @@ def action_dependence(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 
 
 def first_action_bonus(trajectories: Sequence[Trajectory], kind: str) -> list[float]:
-    """A per-trajectory bonus (nats) whose batch mean is a plug-in estimate of a first-action measure; added to the
-    returns (algo.first_action_bonus) it rewards what the measure rewards:
+    """A per-trajectory bonus (nats) whose mean over the parsed openings is a plug-in estimate of a first-action
+    measure; added to the returns (algo.first_action_bonus) it rewards what the measure rewards:
 
         entropy: b_i = -ln p^(a_i)                        mean_i b_i = H^(A)
         mi:      b_i = ln p^(a_i | x_i) - ln p^(a_i)      mean_i b_i = I^(A; X)  (pointwise mutual information)
 
-    p^(a) is the batch's first-action frequency and p^(a | x) the instance's (its rollouts). As a reward its policy
-    gradient is the measure's: with p(a) = E_x pi(a | x), grad H(A) = -sum_a grad p(a) ln p(a)
-    = E_{x, a ~ pi}[grad ln pi(a | x) (-ln p(a))] (sum_a grad p(a) = 0), and H(A | X) likewise with pi(a | x) for
-    p(a). `entropy` spreads the openings over the batch against a template collapse; `mi` also pays an instance's
-    rollouts for agreeing, which is what reading the state looks like when groups are small."""
+    p^(a) is the action's share of the batch's parsed openings and p^(a | x) of the instance's. An opening that
+    parsed no action (NO_ACTION) gets 0 and counts in neither: as a rare "action" it would earn the largest
+    entropy bonus for a malformed turn. As a reward the bonus's policy gradient is the measure's: with
+    p(a) = E_x pi(a | x), grad H(A) = -sum_a grad p(a) ln p(a) = E_{x, a ~ pi}[grad ln pi(a | x) (-ln p(a))]
+    (sum_a grad p(a) = 0), and H(A | X) likewise with pi(a | x) for p(a). `entropy` spreads the openings over the
+    batch, against a template collapse. `mi` keeps a policy that reads the state reading it, but cannot start one:
+    I(A; X) is at its minimum, 0, wherever the opening ignores the instance, so its gradient vanishes there."""
     if kind not in ("entropy", "mi"):
         raise ValueError(f"unknown first-action bonus {kind!r}; use entropy or mi")
     actions = [first_action(t) for t in trajectories]
-    marginal = Counter(actions)
+    marginal = Counter(a for a in actions if a != NO_ACTION)
     by_instance: dict[tuple[str, int], Counter] = defaultdict(Counter)
     for t, a in zip(trajectories, actions):
-        by_instance[(t.tag, t.seed)][a] += 1
-    n, bonus = len(actions), []
+        if a != NO_ACTION:
+            by_instance[(t.tag, t.seed)][a] += 1
+    n, bonus = sum(marginal.values()), []
     for t, a in zip(trajectories, actions):
+        if a == NO_ACTION:
+            bonus.append(0.0)
+            continue
         b = -math.log(marginal[a] / n)
         if kind == "mi":
             counts = by_instance[(t.tag, t.seed)]

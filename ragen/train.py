@@ -111,7 +111,7 @@ def select(cfg: Config, trajectories: Sequence[Trajectory], *, already_filtered:
         if cfg.algo.first_action_bonus != "none":
             bonus = torch.tensor(first_action_bonus(trajectories, cfg.algo.first_action_bonus))  # (B,)
             outcome = outcome + cfg.algo.first_action_coef * bonus
-            metrics["rollout/first_action_bonus"] = float(bonus.mean())  # H^(A) or I^(A; X), plug-in
+            metrics["rollout/first_action_bonus"] = float(bonus.mean())  # nats; 0 for unparsed openings
         norm_groups = normalization_groups(group_ids, [t.tag for t in trajectories], cfg.algo.reward_norm_grouping)
         scores = normalize_returns(outcome, norm_groups, method=cfg.algo.reward_norm)  # (B,)
     keep_ratio = 1.0 if already_filtered else cfg.filter.keep_ratio

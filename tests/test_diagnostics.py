@@ -132,26 +132,26 @@ def test_first_action_of_real_rollouts_and_a_malformed_first_turn():
 
 
 def test_first_action_bonus_by_hand():
-    # seed 1 opens Up, Up, Up, Down; seed 2 opens Down, Down, Left, <none>: p(Up) = 3/8, p(Down) = 3/8,
-    # p(Left) = p(<none>) = 1/8 over the batch
+    # seed 1 opens Up, Up, Up, Down; seed 2 opens Down, Down, Left and one turn that parsed no action, which gets 0
+    # and counts nowhere: over the 7 parsed openings p(Up) = p(Down) = 3/7, p(Left) = 1/7
     trajectories = batch({1: ["Up", "Up", "Up", "Down"], 2: ["Down", "Down", "Left"]}) + [episode(2)]
     entropy = first_action_bonus(trajectories, "entropy")
-    assert entropy == pytest.approx([math.log(8 / 3)] * 6 + [math.log(8)] * 2)
-    # mi adds ln p(a | x): seed 1's Up 3/4, its Down 1/4; seed 2's Down 2/4, Left and <none> 1/4
+    assert entropy == pytest.approx([math.log(7 / 3)] * 6 + [math.log(7), 0.0])
+    # mi adds ln p(a | x): seed 1's Up 3/4, its Down 1/4; seed 2's Down 2/3, its Left 1/3
     mi = first_action_bonus(trajectories, "mi")
-    up, down = math.log(3 / 4) + math.log(8 / 3), math.log(1 / 4) + math.log(8 / 3)
-    down2, rare2 = math.log(2 / 4) + math.log(8 / 3), math.log(1 / 4) + math.log(8)
-    assert mi == pytest.approx([up, up, up, down, down2, down2, rare2, rare2])
-    # their means are the plug-in H^(A) and I^(A; X) = H^(A) - H^(A | X)
-    counts = Counter(first_action(t) for t in trajectories)
-    assert sum(entropy) / 8 == pytest.approx(plugin_entropy(counts.values()))
-    cond = (plugin_entropy([3, 1]) + plugin_entropy([2, 1, 1])) / 2
-    assert sum(mi) / 8 == pytest.approx(plugin_entropy(counts.values()) - cond)
+    up, down = math.log(3 / 4) + math.log(7 / 3), math.log(1 / 4) + math.log(7 / 3)
+    down2, left2 = math.log(2 / 3) + math.log(7 / 3), math.log(1 / 3) + math.log(7)
+    assert mi == pytest.approx([up, up, up, down, down2, down2, left2, 0.0])
+    # over the parsed openings their means are the plug-in H^(A) and I^(A; X) = H^(A) - H^(A | X)
+    assert sum(entropy) / 7 == pytest.approx(plugin_entropy([3, 3, 1]))
+    cond = (4 * plugin_entropy([3, 1]) + 3 * plugin_entropy([2, 1])) / 7
+    assert sum(mi) / 7 == pytest.approx(plugin_entropy([3, 3, 1]) - cond)
 
 
 def test_first_action_bonus_of_a_template_is_zero_and_an_unknown_kind_is_named():
     template = batch({1: ["Down"] * 4, 2: ["Down"] * 4})
     assert first_action_bonus(template, "entropy") == [0.0] * 8
     assert first_action_bonus(template, "mi") == [0.0] * 8
+    assert first_action_bonus([episode(1), episode(2)], "entropy") == [0.0, 0.0]  # no parsed opening at all
     with pytest.raises(ValueError, match="unknown first-action bonus 'info'; use entropy or mi"):
         first_action_bonus(template, "info")
