@@ -10,23 +10,28 @@
 - grpo_best (not RAGEN's): GRPO on a binary outcome, 1 for each group's best success and 0 for every other
   rollout, so the best success is pushed up and the rest of its group down (groups without a success, whose
   scores are all 0, are dropped); clip 0.2 / 0.28, no KL.
+None has a first-action bonus (algo.first_action_bonus=none), so a run that adds one is tagged custom.
 Use one with `preset=NAME` wherever overrides are accepted (`python -m flows.update preset=starpo_grpo`), or
 pass its keys to `dvc exp run -S`. Later overrides win, so every knob can still be set on its own.
 """
 
 PRESETS: dict[str, list[str]] = {
     "starpo_s": ["algo.advantage=gae", "algo.reward_norm=identity", "filter.keep_ratio=0.25",
-                 "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.28", "algo.kl=none", "algo.kl_coef=0.0"],
+                 "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.28", "algo.kl=none", "algo.kl_coef=0.0",
+                 "algo.first_action_bonus=none"],
     "starpo_ppo": ["algo.advantage=gae", "algo.reward_norm=identity", "filter.keep_ratio=1.0",
-                   "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.2", "algo.kl=reward_k1", "algo.kl_coef=0.001"],
+                   "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.2", "algo.kl=reward_k1", "algo.kl_coef=0.001",
+                   "algo.first_action_bonus=none"],
     "starpo_grpo": ["algo.advantage=grpo", "algo.grpo_by_std=True", "algo.reward_norm=mean_std",
                     "filter.keep_ratio=1.0", "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.2", "algo.kl=loss_k1",
-                    "algo.kl_coef=0.001"],
+                    "algo.kl_coef=0.001", "algo.first_action_bonus=none"],
     "rft": ["algo.advantage=rft", "filter.within=best_success", "filter.keep_ratio=1.0", "filter.mode=std",
-            "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.28", "algo.kl=none", "algo.kl_coef=0.0"],
+            "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.28", "algo.kl=none", "algo.kl_coef=0.0",
+            "algo.first_action_bonus=none"],
     "grpo_best": ["algo.advantage=grpo", "algo.grpo_by_std=True", "algo.outcome=best_success",
                   "algo.reward_norm=mean_std", "filter.keep_ratio=1.0", "filter.mode=nonzero", "filter.within=all",
-                  "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.28", "algo.kl=none", "algo.kl_coef=0.0"],
+                  "algo.clip_eps_low=0.2", "algo.clip_eps_high=0.28", "algo.kl=none", "algo.kl_coef=0.0",
+                  "algo.first_action_bonus=none"],
 }
 
 

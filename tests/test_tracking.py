@@ -69,6 +69,7 @@ def test_preset_names_and_explicit_pipeline_ids(monkeypatch):
     assert preset_of(load_config("params.yaml", ["preset=starpo_ppo"])) == "starpo_ppo"
     assert preset_of(load_config("params.yaml", ["filter.keep_ratio=0.5"])) == "custom"
     assert preset_of(load_config("params.yaml", ["preset=starpo_grpo", "algo.grpo_by_std=false"])) == "custom"
+    assert preset_of(load_config("params.yaml", ["preset=starpo_s", "algo.first_action_bonus=entropy"])) == "custom"
     cfg = load_config("params.yaml", [])
     monkeypatch.setenv("RAGEN_PIPELINE_RUN", "nightly-1")
     assert pipeline_run_id(cfg, None) == "nightly-1"
