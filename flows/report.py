@@ -19,6 +19,7 @@ from prefect import flow
 from flows.common import run_stage
 from ragen.config import Config, load_config
 from ragen.fileio import write_text
+from ragen.presets import describe_preset
 from ragen.report import (STD_DROP, TEMPLATE_DROP, TEMPLATE_MI, TEMPLATE_WINDOW, Series, echo_trap,
                           markdown_table, plot_curves, read_steps_csv, template_collapse, to_series)
 from ragen.tracking import MlflowTracker, preset_of
@@ -39,7 +40,7 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, series: Series, trap: dict
     start = next((v for v in series.values["val_success"] if not math.isnan(v)), math.nan)
     final = train.get(f"val/{env}/success", math.nan)
     lines = [
-        f"# RAGEN pipeline report: {env}, preset {preset_of(cfg)}",
+        f"# RAGEN pipeline report: {env}, preset {describe_preset(cfg)}",
         "",
         f"Policy `{cfg.model.source}`, {cfg.train.steps} steps of {cfg.train.groups} groups x {cfg.train.group_size} "
         f"rollouts, filter keep_ratio {cfg.filter.keep_ratio} ({cfg.filter.mode}), advantage {cfg.algo.advantage}, "

@@ -4,8 +4,10 @@ A stage opens one run with `MlflowTracker.for_stage(cfg, "stage")` used as a con
 returns plain metric dicts and the flow logs them with `tracker.log_metrics(metrics, step)`. `NullTracker` has the
 same methods and does nothing, so code never branches on whether tracking is on.
 
-Runs are found by tags: ragen.stage, ragen.preset, ragen.env, ragen.seed, ragen.pipeline_run, ragen.ablation_set,
-ragen.variant, ragen.git_commit, and dvc.exp_name under `dvc exp run`. The stage runs of one pipeline run nest
+Runs are found by tags: ragen.stage, ragen.preset (the preset run exactly, or custom), ragen.preset_nearest and
+ragen.preset_diff (the preset with the fewest differing algo and filter keys, and the run's values of those keys;
+ragen.presets.nearest_preset), ragen.env, ragen.seed, ragen.pipeline_run, ragen.ablation_set, ragen.variant,
+ragen.git_commit, and dvc.exp_name under `dvc exp run`. The stage runs of one pipeline run nest
 under one parent run (ragen.stage = pipeline) that carries the same params and tags, and itself under
 `tracking.parent_run_id` when that is set (the nightly run). A pipeline run is identified by `tracking.pipeline_run`, or
 else by a digest of the resolved config and the git commit, so the stages of one `dvc repro` find the same parent.
@@ -32,6 +34,7 @@ from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from ragen.config import Config, TrackingConfig, config_digest, flatten, to_dict  # noqa: E402
+from ragen.presets import nearest_preset  # noqa: E402
 
 MAX_PARAM_CHARS = 6000
 PASSTHROUGH_ENV_TAGS = {  # environment variable -> tag
@@ -78,14 +81,9 @@ def git_commit(root: Path) -> str:
 
 
 def preset_of(config: Config) -> str:
-    """The name of the preset whose every key matches the config (starpo_s, starpo_ppo, starpo_grpo), or custom."""
-    from ragen.presets import PRESETS
-
-    flat = flatten(to_dict(config))
-    for name, overrides in PRESETS.items():
-        if all(str(flat[key]) == value for key, value in (item.split("=", 1) for item in overrides)):
-            return name
-    return "custom"
+    """The name of the preset that the config runs exactly (sections algo and filter; ragen.presets), or custom."""
+    name, diff = nearest_preset(config)
+    return "custom" if diff else name
 
 
 def pipeline_run_id(config: Config, root: Path) -> str:
@@ -99,7 +97,9 @@ def pipeline_run_id(config: Config, root: Path) -> str:
 def run_tags(config: Config) -> dict[str, str]:
     """The tags every run of a pipeline carries (empty ones left out)."""
     t = config.tracking
-    tags = {"ragen.preset": preset_of(config), "ragen.env": config.train.env, "ragen.seed": str(config.train.seed),
+    nearest, diff = nearest_preset(config)
+    tags = {"ragen.preset": "custom" if diff else nearest, "ragen.preset_nearest": nearest,
+            "ragen.preset_diff": ", ".join(diff), "ragen.env": config.train.env, "ragen.seed": str(config.train.seed),
             "ragen.algo": config.algo.advantage, "ragen.keep_ratio": str(config.filter.keep_ratio),
             "ragen.model_source": config.model.source, "ragen.ablation_set": t.ablation_set, "ragen.variant": t.variant}
     return {k: v for k, v in tags.items() if v}

@@ -61,6 +61,8 @@ def test_another_config_is_another_pipeline_run_and_ablations_nest_one_level_up(
     assert {p.data.tags["mlflow.parentRunId"] for p in pipelines} == {set_run.run_id}
     assert {p.data.tags["ragen.variant"] for p in pipelines} == {"a", "b"}
     assert {p.data.tags["ragen.preset"] for p in pipelines} == {"custom", "starpo_s"}
+    assert {p.data.tags["ragen.preset_nearest"] for p in pipelines} == {"starpo_s"}
+    assert sorted(p.data.tags.get("ragen.preset_diff", "") for p in pipelines) == ["", "algo.clip_eps_high=0.2"]
     assert all(r.data.tags["ragen.ablation_set"] == "clip" for r in runs(client, "tags.`ragen.stage` = 'update'"))
 
 
@@ -70,6 +72,7 @@ def test_preset_names_and_explicit_pipeline_ids(monkeypatch):
     assert preset_of(load_config("params.yaml", ["filter.keep_ratio=0.5"])) == "custom"
     assert preset_of(load_config("params.yaml", ["preset=starpo_grpo", "algo.grpo_by_std=false"])) == "custom"
     assert preset_of(load_config("params.yaml", ["preset=starpo_s", "algo.first_action_bonus=entropy"])) == "custom"
+    assert preset_of(load_config("params.yaml", ["preset=starpo_s", "algo.gamma=0.99"])) == "custom"
     cfg = load_config("params.yaml", [])
     monkeypatch.setenv("RAGEN_PIPELINE_RUN", "nightly-1")
     assert pipeline_run_id(cfg, None) == "nightly-1"
