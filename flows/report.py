@@ -20,7 +20,7 @@ from flows.common import run_stage
 from ragen.config import Config, load_config
 from ragen.fileio import write_text
 from ragen.presets import describe_preset
-from ragen.report import (STD_DROP, TEMPLATE_DROP, TEMPLATE_MI, TEMPLATE_WINDOW, Series, echo_trap,
+from ragen.report import (STD_DROP, TEMPLATE_DROP, TEMPLATE_MI, TEMPLATE_WINDOW, Series, echo_trap, fall_in_se,
                           markdown_table, plot_curves, read_steps_csv, template_collapse, to_series)
 from ragen.tracking import MlflowTracker, preset_of
 
@@ -37,6 +37,7 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, series: Series, trap: dict
     base, rollout, filt = (_read(metrics_dir / f"{name}.json") for name in ("base", "rollout", "filter"))
     train, evaluation = _read(metrics_dir / "train.json"), _read(metrics_dir / "eval.json")
     env = cfg.train.env
+    fall = fall_sentence(trap, cfg.train.eval_episodes)
     start = next((v for v in series.values["val_success"] if not math.isnan(v)), math.nan)
     final = train.get(f"val/{env}/success", math.nan)
     lines = [
@@ -63,7 +64,8 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, series: Series, trap: dict
         f"![curves]({figure})",
         "",
         f"Echo Trap marker (in-group reward std below {STD_DROP:.0%} of its peak for good): "
-        f"{'none' if trap['collapse_step'] is None else 'step ' + str(trap['collapse_step'])} -> {trap['verdict']}.",
+        f"{'none' if trap['collapse_step'] is None else 'step ' + str(trap['collapse_step'])} -> "
+        f"{trap['verdict']}.{fall}",
         "",
         f"Template marker (first-action entropy below {TEMPLATE_DROP:.0%} of its first value, with under "
         f"{TEMPLATE_MI} nats on the instance, for good; means over {TEMPLATE_WINDOW} steps): "
@@ -86,6 +88,17 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, series: Series, trap: dict
         "",
     ]
     return "\n".join(lines)
+
+
+def fall_sentence(trap: dict, episodes: int) -> str:
+    """How far val success ended below its best, in standard errors (ragen.report.fall_in_se); '' without one."""
+    best, last = trap.get("best_val_success", math.nan), trap.get("final_val_success", math.nan)
+    z = fall_in_se(best, last, episodes)
+    if math.isnan(z) or best <= last:
+        return ""
+    return (f" Val success ended {z:.1f} SE below its best ({best:.3f} -> {last:.3f}, {episodes} episodes an "
+            "evaluation): a fall under 2 SE is within the noise of two evaluations, and the best of several reads "
+            "high.")
 
 
 @flow(name="report")

@@ -107,6 +107,17 @@ def echo_trap(series: Series) -> dict[str, float | int | str | None]:
     return {"collapse_step": step, "verdict": verdict, "best_val_success": best, "final_val_success": last}
 
 
+def fall_in_se(best: float, last: float, episodes: int) -> float:
+    """How far success fell from its best, in standard errors of two independent evaluations of `episodes` each:
+
+        z = (best - last) / sqrt(best (1 - best) / n + last (1 - last) / n)
+
+    Conservative where both evaluations run the same instances (they share their easy ones), and flattering where
+    `best` is the highest of several evaluations (a lucky high). NaN without episodes or a spread (both 0 or 1)."""
+    variance = (best * (1 - best) + last * (1 - last)) / episodes if episodes > 0 else 0.0
+    return (best - last) / math.sqrt(variance) if variance > 0 else math.nan
+
+
 def trailing_means(values: Sequence[float], window: int) -> list[float]:
     """m_i = mean(v_{i-window+1}, ..., v_i), over the values there are at the start."""
     return [sum(values[max(0, i - window + 1):i + 1]) / (i + 1 - max(0, i - window + 1)) for i in range(len(values))]

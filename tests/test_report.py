@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from ragen.report import (CURVES, Series, echo_trap, markdown_table, mean_series, plot_curves, read_steps_csv,
-                          template_collapse, to_series, trailing_means)
+from ragen.report import (CURVES, Series, echo_trap, fall_in_se, markdown_table, mean_series, plot_curves,
+                          read_steps_csv, template_collapse, to_series, trailing_means)
 
 
 def series(std, entropy, success, label="run", first_entropy=None, first_mi=None):
@@ -101,3 +101,13 @@ def test_steps_csv_round_trip_and_pngs(tmp_path):
 def test_markdown_table():
     assert markdown_table(["a", "b"], [("x", 0.12345), ("y", math.nan)]) == \
         "| a | b |\n|---|---|\n| x | 0.123 |\n| y | - |"
+
+
+def test_fall_in_standard_errors_of_two_evaluations():
+    # 0.5 -> 0.3 over 100 episodes each: sqrt((0.25 + 0.21) / 100) = 0.06782; 0.2 / 0.06782 = 2.949
+    assert fall_in_se(0.5, 0.3, 100) == pytest.approx(0.2 / math.sqrt(0.46 / 100))
+    assert fall_in_se(0.5, 0.3, 100) == pytest.approx(2.949, abs=1e-3)
+    # the Sokoban in-loop val of 64 episodes: sqrt((0.071916 + 0.015744) / 64) = 0.03701; 0.062 / 0.03701 = 1.675
+    assert fall_in_se(0.078, 0.016, 64) == pytest.approx(1.675, abs=1e-3)
+    assert math.isnan(fall_in_se(1.0, 1.0, 64)) and math.isnan(fall_in_se(0.5, 0.3, 0))
+    assert fall_in_se(0.2, 0.4, 50) < 0  # a rise is a negative fall
