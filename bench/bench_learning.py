@@ -37,10 +37,14 @@ lists them.
 
 `--seeds 0,1,2` trains one run per training seed (`train.seed=S`, which also seeds each run's evaluations of base
 and trained policy), prints the figures above for each (run `sokoban/s1`, ...) and then, per env and split, the mean
-paired gap over the seeds with its standard error between seeds. That is the figure to judge a lift by: a paired
-standard error over instances compares one trained policy with the base, and at a large step size runs of the same
-knobs end on either side of it. With --reuse, a run already trained and measured (its bench.json) is read back, so
-seeds can be added one at a time.
+paired gap over the seeds with its standard error. That is the figure to judge a lift by: a paired standard error
+over instances compares one trained policy with the base, and at a large step size runs of the same knobs end on
+either side of it. Every seed plays the same instances, so the error holds the spread over instances once (of the
+gaps averaged over seeds) and the spread between the seeds' gaps (`ragen.evaluation.mean_and_se_over_seeds`); the
+per-seed paired errors are not averaged as if each seed had its own instances. With --reuse, a run already trained
+and measured (its bench.json) is read back, so seeds can be added one at a time; a bench.json from before the
+per-instance gaps gets them (val and test from its evaluations' parquet files, the pool rows by playing those
+instances again, about a minute a run).
 
 `--train-size N` trains on a pool of N train instances instead of data/envs' 1024 (envs.train_size): stage envgen
 writes the named envs with the same seeds into .bench/envs-train<N>/ (same val and test instances, a longer train
@@ -65,7 +69,7 @@ from flows.common import read_instances, read_seeds, read_train_pool, write_json
 from flows.envgen import envgen
 from flows.evaluate import evaluate
 from ragen.config import Config, load_config
-from ragen.evaluation import evaluate_policy, instance_success, mean_and_se
+from ragen.evaluation import evaluate_policy, instance_success, mean_and_se, mean_and_se_over_seeds
 from ragen.policy import Policy, load_policy
 from ragen.records import EpisodeSpec
 from ragen.report import CURVES, read_steps_csv
@@ -97,6 +101,12 @@ def paired_episodes(envs_dir: str, out: Path, env: str, split: str, episodes: in
         raise ValueError(f"{out}: {both.height} {env} {split} instances played as often by base and trained policy, "
                          f"expected {len(seeds)}; rerun without --reuse")
     return pl.DataFrame({"seed": seeds}).join(both.select("seed", "base", "trained"), on="seed", how="left")
+
+
+def instance_gaps(both: pl.DataFrame) -> dict[str, list]:
+    """The instances of `paired_episodes` or `played_pair` and each one's trained-minus-base gap, for a row of
+    bench.json: `seed_summary` pools them over training seeds."""
+    return {"instances": both["seed"].to_list(), "instance_gaps": (both["trained"] - both["base"]).to_list()}
 
 
 def paired_gap(both: pl.DataFrame) -> tuple[float, float]:
@@ -238,7 +248,7 @@ def pool_fit(cfg: Config, base_policy: Policy, trained_policy: Policy, envs_dir:
         gap, paired_se = paired_gap(paired)
         rows[name] = {"window": [lo, hi], "base": {"success_rate": paired["base"].mean()},
                       "trained": {"success_rate": paired["trained"].mean()}, "gap": gap, "paired_se": paired_se,
-                      "by_moves": success_by_moves(envs_dir, env, "train", paired)}
+                      "by_moves": success_by_moves(envs_dir, env, "train", paired), **instance_gaps(paired)}
     return rows
 
 
@@ -365,22 +375,30 @@ def first_action_line(base: dict[str, float], trained: dict[str, float]) -> str:
 
 def seed_summary(env: str, split: str, rows: list[dict]) -> str:
     """One line over the runs of several training seeds: mean base and trained success, the mean paired gap with its
-    standard error between seeds (std of the per-seed gaps / sqrt(seeds): the spread of training runs and of the
-    evaluation together) and, for comparison, the part of it that evaluation noise alone gives
-    (sqrt(sum of per-seed paired SE^2) / seeds), and how many seeds ended above their base. The gap is divided by
-    the larger of the two: the spread between seeds contains the evaluation noise, but with two or three seeds its
-    estimate can fall below it by chance."""
+    standard error, and how many seeds ended above their base.
+
+    The seeds of one benchmark play the same instances, so the spread of the true per-instance gains is shared by
+    all of them and does not average out over seeds. With each row's per-instance gaps (`instance_gaps` over the
+    same `instances`) the error is `mean_and_se_over_seeds`': sqrt(se_inst^2 + se_seed^2), the spread over
+    instances of the seed-averaged gaps plus the spread between the seeds' mean gaps. Rows from before the
+    per-instance gaps fall back to the larger of the spread between seeds and sqrt(sum of per-seed paired SE^2) /
+    seeds, which treats the seeds' instances as independent draws and so reads too small where they are shared."""
     n = len(rows)
     gaps = [row["gap"] for row in rows]
-    mean_gap, between = mean_and_se(gaps)
-    eval_only = math.sqrt(sum(row["paired_se"] ** 2 for row in rows)) / n
     base = sum(row["base"]["success_rate"] for row in rows) / n
     trained = sum(row["trained"]["success_rate"] for row in rows) / n
-    return (f"{env:<12} {split:<5} over {n} seeds: base {base:.3f}, trained {trained:.3f}, paired gap "
-            f"{mean_gap:+.3f} ± {between:.3f} between seeds, ± {eval_only:.3f} from evaluation noise alone "
-            f"({mean_gap / max(between, eval_only, 1e-9):+.1f} SE of the larger), above base in "
-            f"{sum(g > 0 for g in gaps)} of {n}: "
-            + ", ".join(f"{g:+.3f}" for g in gaps))
+    head = f"{env:<12} {split:<5} over {n} seeds: base {base:.3f}, trained {trained:.3f}, paired gap "
+    tail = f", above base in {sum(g > 0 for g in gaps)} of {n}: " + ", ".join(f"{g:+.3f}" for g in gaps)
+    if all("instance_gaps" in row and row["instances"] == rows[0]["instances"] for row in rows):
+        mean_gap, se_inst, se_seed = mean_and_se_over_seeds([row["instance_gaps"] for row in rows])
+        se = math.hypot(se_inst, se_seed)
+        return (head + f"{mean_gap:+.3f} ± {se:.3f} (instances ± {se_inst:.3f}, seeds ± {se_seed:.3f}; "
+                f"{mean_gap / max(se, 1e-9):+.1f} SE)" + tail)
+    mean_gap, between = mean_and_se(gaps)
+    eval_only = math.sqrt(sum(row["paired_se"] ** 2 for row in rows)) / n
+    return (head + f"{mean_gap:+.3f} ± {between:.3f} between seeds, ± {eval_only:.3f} from evaluation noise alone "
+            f"({mean_gap / max(between, eval_only, 1e-9):+.1f} SE of the larger; instances taken as independent)"
+            + tail)
 
 
 def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, envs_dir: str, base_dir: str,
@@ -399,11 +417,14 @@ def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, en
     cfg, base_policy = load_config("params.yaml", overrides), load_policy(base_dir, device="cpu")
     if args.reuse and cached.exists() and cached.stat().st_mtime >= done.stat().st_mtime:
         result = json.loads(cached.read_text())
-        if "pool" not in result:  # measured before the unseen-pool row: add the pool rows, keep the rest
+        # measured before the unseen-pool row or the per-instance gaps: add what is missing, keep the rest
+        if any("instance_gaps" not in row for row in result.get("pool", {}).values()) or "pool" not in result:
             result.pop("fit", None)
             result["pool"] = pool_fit(cfg, base_policy, load_policy(str(out / "policy"), device="cpu"), envs_dir,
                                       env, args.steps)
-            write_json(cached, result)
+        for row in result["splits"]:
+            row.update(instance_gaps(paired_episodes(envs_dir, out, env, row["split"], cfg.eval.episodes)))
+        write_json(cached, result)
         return result
     base = evaluate(overrides=overrides, envs_dir=envs_dir, policy_dir=base_dir,
                     metrics_path=str(out / "eval_base.json"), trajectories_out=str(out / "eval_base.parquet"))
@@ -416,7 +437,8 @@ def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, en
             "split": split, "random": random_success(cfg, base_policy, envs_dir, env, split),
             "base": base[env][split], "trained": summary["eval"][env][split], "gap": gap, "paired_se": paired_se,
             "ses": [mean_and_se(paired[name].to_list())[1] for name in ("base", "trained")],  # over instances
-            "paired": gap / max(paired_se, 1e-9), "by_moves": success_by_moves(envs_dir, env, split, paired)})
+            "paired": gap / max(paired_se, 1e-9), "by_moves": success_by_moves(envs_dir, env, split, paired),
+            **instance_gaps(paired)})
     result["pool"] = pool_fit(cfg, base_policy, load_policy(str(out / "policy"), device="cpu"), envs_dir, env,
                               args.steps)
     steps = read_steps_csv(out / "train_steps.csv")

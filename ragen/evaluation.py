@@ -59,3 +59,27 @@ def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
     if n < 2:
         return mean, 0.0
     return mean, math.sqrt(sum((x - mean) ** 2 for x in values) / (n - 1) / n)
+
+
+def mean_and_se_over_seeds(gaps: Sequence[Sequence[float]]) -> tuple[float, float, float]:
+    """Mean of per-instance gaps d_si (S training seeds x n instances, the same instances for every seed) and the
+    two parts of its standard error.
+
+        d_i     = mean_s d_si                          (each instance's gap, averaged over seeds)
+        se_inst = sd_i(d_i) / sqrt(n)                  (which instances happen to be in the set, once, plus the
+                                                        evaluation noise left after averaging over seeds)
+        se_seed = sd_s(mean_i d_si) / sqrt(S)          (training runs that gain more or less everywhere)
+        se      = sqrt(se_inst^2 + se_seed^2)
+
+    Seeds evaluated on the same instances share those instances' true gains, so that spread does not average out
+    over seeds as independent evaluations' would: sqrt(sum_s se_s^2) / S reads too small. se_seed counts the
+    evaluation noise once more, which errs on the safe side. Returns (mean, se_inst, se_seed); se_seed is 0 for
+    one seed."""
+    if not gaps or not gaps[0]:
+        raise ValueError("no gaps: a mean over zero seeds or instances is undefined")
+    n = len(gaps[0])
+    if any(len(row) != n for row in gaps):
+        raise ValueError(f"every seed needs a gap for each of the same {n} instances, got {[len(r) for r in gaps]}")
+    mean, se_inst = mean_and_se([sum(column) / len(gaps) for column in zip(*gaps)])
+    _, se_seed = mean_and_se([sum(row) / n for row in gaps])
+    return mean, se_inst, se_seed

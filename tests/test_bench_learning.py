@@ -71,20 +71,30 @@ def test_success_by_moves_buckets_then_exact_short_counts(tmp_path):
 
 
 def test_seed_summary_pools_gaps_over_training_seeds():
-    def row(base, trained, gap, paired_se):
+    def row(base, trained, gap, paired_se, gaps=None):
+        extra = {"instances": [7, 8, 9], "instance_gaps": gaps} if gaps else {}
         return {"base": {"success_rate": base}, "trained": {"success_rate": trained}, "gap": gap,
-                "paired_se": paired_se}
+                "paired_se": paired_se, **extra}
 
-    # gaps 0.03, -0.01, 0.01: mean 0.01, sample std 0.02, so 0.02 / sqrt(3) = 0.011547 between seeds; evaluation
-    # noise alone sqrt(0.01^2 + 0.02^2 + 0.02^2) / 3 = 0.01; two of three above their base
+    # without per-instance gaps: gaps 0.03, -0.01, 0.01: mean 0.01, sample std 0.02, so 0.02 / sqrt(3) = 0.011547
+    # between seeds; evaluation noise alone sqrt(0.01^2 + 0.02^2 + 0.02^2) / 3 = 0.01; two of three above their base
     line = bench_learning.seed_summary("sokoban", "val", [row(0.10, 0.13, 0.03, 0.01), row(0.12, 0.11, -0.01, 0.02),
                                                           row(0.11, 0.12, 0.01, 0.02)])
     assert "over 3 seeds: base 0.110, trained 0.120, paired gap +0.010 ± 0.012 between seeds, ± 0.010 from " \
-           "evaluation noise alone (+0.9 SE of the larger), above base in 2 of 3: +0.030, -0.010, +0.010" in line
-    # two seeds that happen to agree: 0.02 ± 0.002 between them, but each evaluation alone is ± 0.01, so the gap is
-    # sqrt(2) * 0.01 / 2 = 0.00707 in evaluation noise alone: 2.8 SE of that, not 10
-    two = bench_learning.seed_summary("sokoban", "test", [row(0.1, 0.12, 0.022, 0.01), row(0.1, 0.118, 0.018, 0.01)])
-    assert "gap +0.020 ± 0.002 between seeds, ± 0.007 from evaluation noise alone (+2.8 SE of the larger)" in two
+           "evaluation noise alone (+0.9 SE of the larger; instances taken as independent), above base in 2 of 3: " \
+           "+0.030, -0.010, +0.010" in line
+    # with them, on the same instances: d_A = 0.5, 0, -0.25 and d_B = 0.25, 0, 0.25 give se_inst 0.125 and se_seed
+    # 1/24 (tests/test_evaluation.py), so se = sqrt(0.125^2 + 0.041667^2) = 0.131762 and the gap 0.125 is 0.9 SE
+    pooled = bench_learning.seed_summary("sokoban", "val", [row(0.2, 0.283, 1 / 12, 0.22, [0.5, 0.0, -0.25]),
+                                                            row(0.2, 0.367, 1 / 6, 0.083, [0.25, 0.0, 0.25])])
+    assert "paired gap +0.125 ± 0.132 (instances ± 0.125, seeds ± 0.042; +0.9 SE), above base in 2 of 2" in pooled
+    # two seeds that agree on every instance: the instances' spread counts whole, as for one seed (0.5 ± 0.289)
+    same = bench_learning.seed_summary("sokoban", "test", [row(0.1, 0.6, 0.5, 0.29, [1.0, 0.0, 0.5])] * 2)
+    assert "paired gap +0.500 ± 0.289 (instances ± 0.289, seeds ± 0.000; +1.7 SE)" in same
+    # different instances (another window): the fallback
+    other = row(0.1, 0.6, 0.5, 0.29, [1.0, 0.0, 0.5]) | {"instances": [1, 2, 3]}
+    assert "instances taken as independent" in bench_learning.seed_summary("sokoban", "test", [other, row(
+        0.1, 0.6, 0.5, 0.29, [1.0, 0.0, 0.5])])
 
 
 def test_first_action_line_and_windows(capsys):

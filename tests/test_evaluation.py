@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ragen.config import RolloutConfig
-from ragen.evaluation import evaluate_policy, instance_success, mean_and_se
+from ragen.evaluation import evaluate_policy, instance_success, mean_and_se, mean_and_se_over_seeds
 from ragen.policy import Policy
 from ragen.policy.model import build_tiny_model
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
@@ -29,6 +29,22 @@ def test_mean_and_se_by_hand():
     assert mean_and_se([0.7]) == (0.7, 0.0)
     with pytest.raises(ValueError, match="zero instances"):
         mean_and_se([])
+
+
+def test_mean_and_se_over_seeds_by_hand():
+    # seeds A, B on 3 instances: d_A = 0.5, 0, -0.25; d_B = 0.25, 0, 0.25
+    # d_i = 0.375, 0, 0: mean 0.125; sd_i = sqrt((0.0625 + 0.015625 + 0.015625) / 2) = 0.216506; / sqrt(3) = 0.125
+    # seed means 1/12 and 1/6: sd = (1/12) / sqrt(2); / sqrt(2) = 1/24
+    mean, se_inst, se_seed = mean_and_se_over_seeds([[0.5, 0.0, -0.25], [0.25, 0.0, 0.25]])
+    assert mean == pytest.approx(0.125) and se_inst == pytest.approx(0.125) and se_seed == pytest.approx(1 / 24)
+    # two seeds with the same gaps on the same instances: the instances' spread stays whole (not / sqrt(2))
+    same = [[1.0, 0.0, 0.0, 1.0]] * 2
+    assert mean_and_se_over_seeds(same) == pytest.approx((0.5, math.sqrt(1 / 3) / 2, 0.0))
+    assert mean_and_se_over_seeds([[0.2, 0.4]]) == pytest.approx((0.3, 0.1, 0.0))  # one seed: its paired se
+    with pytest.raises(ValueError, match="same 2 instances"):
+        mean_and_se_over_seeds([[0.1, 0.2], [0.3]])
+    with pytest.raises(ValueError, match="zero seeds"):
+        mean_and_se_over_seeds([])
 
 
 def test_more_samples_extend_the_one_sample_evaluation(policy):
