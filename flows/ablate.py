@@ -26,7 +26,7 @@ from typing import Any, Sequence
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.common import write_json
+from flows.common import read_seeds, write_json
 from flows.critic_fit import critic_fit
 from flows.evaluate import evaluate
 from flows.filter import filter_rollouts
@@ -35,10 +35,12 @@ from flows.rollout import rollout
 from flows.update import update_policy
 from ragen.ablation import AblationRun, AblationSet, RunnerSpec, expand_set, read_ablations, runner_spec
 from ragen.config import config_digest, load_config
+from ragen.evaluation import mean_and_se_over_seeds
 from ragen.fileio import write_text
 from ragen.report import (echo_trap, markdown_table, mean_series, plot_curves, read_steps_csv, template_collapse,
                           to_series)
 from ragen.tracking import MlflowTracker
+from ragen.trajectory_io import instance_success_rates
 
 
 def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.yaml", envs_dir: str = "data/envs",
@@ -104,12 +106,34 @@ def task_runner(spec: RunnerSpec):
         raise SystemExit(f"runner.kind {spec.kind} needs prefect-{spec.kind}: pip install prefect-{spec.kind}") from None
 
 
-def set_report(ablation: AblationSet, out_root: Path, results: dict[str, dict]) -> tuple[Path, list[Path]]:
-    """ablations/<set>/report.md and curves: one curve per variant (mean over its seeds, min-max band)."""
+def val_gap(out: Path, runs: Sequence[AblationRun], reference: Sequence[AblationRun], results: dict[str, dict],
+            envs_dir: str) -> str:
+    """A variant's val success minus the reference variant's, paired by seed and by instance, with its standard
+    error over seeds that share their instances (`mean_and_se_over_seeds`): '+0.012 ± 0.010 (+1.2 SE)'."""
+    by_seed = {run.seed: run for run in reference}
+    gaps = []
+    for run in runs:
+        other = by_seed[run.seed]
+        env = results[run.name]["env"]
+        n = min(results[name]["eval"][env]["val"]["instances"] for name in (run.name, other.name))
+        seeds = read_seeds(envs_dir, env, "val")[:n]
+        mine, theirs = (instance_success_rates(out / name / "eval.parquet", env, seeds)
+                        for name in (run.name, other.name))
+        gaps.append([a - b for a, b in zip(mine, theirs)])
+    mean, se_inst, se_seed = mean_and_se_over_seeds(gaps)
+    se = math.hypot(se_inst, se_seed)
+    return f"{mean:+.3f} ± {se:.3f} ({mean / se:+.1f} SE)" if se > 0 else f"{mean:+.3f}"
+
+
+def set_report(ablation: AblationSet, out_root: Path, results: dict[str, dict], envs_dir: str = "data/envs"
+               ) -> tuple[Path, list[Path]]:
+    """ablations/<set>/report.md and curves: one curve per variant (mean over its seeds, min-max band), and each
+    variant's val gap to the first one (`val_gap`)."""
     out = out_root / ablation.name
     by_variant: dict[str, list[AblationRun]] = {}
     for run in ablation.runs:
         by_variant.setdefault(run.variant, []).append(run)
+    reference = next(iter(by_variant))
     series, rows = [], []
     for variant, runs in by_variant.items():
         per_run = [to_series(run.name, read_steps_csv(out / run.name / "train_steps.csv")) for run in runs]
@@ -119,7 +143,12 @@ def set_report(ablation: AblationSet, out_root: Path, results: dict[str, dict]) 
         for split in ("val", "test"):
             values = [results[run.name]["eval"][env][split]["success_rate"] for run in runs]
             row += [statistics.mean(values), statistics.stdev(values) if len(values) > 1 else math.nan]
-        row += [results[runs[0].name]["eval"][env]["val"]["success_ceiling"],
+        try:
+            gap = "reference" if variant == reference else val_gap(out, runs, by_variant[reference], results, envs_dir)
+        except (OSError, KeyError, ValueError) as error:  # a run from before eval.parquet, or of other instances
+            gap = "n/a"
+            print(f"ablate | {ablation.name}: no paired val gap for {variant}: {error}")
+        row += [gap, results[runs[0].name]["eval"][env]["val"]["success_ceiling"],
                 "; ".join(sorted({str(echo_trap(s)["verdict"]) for s in per_run})),
                 "; ".join(str(step) if (step := template_collapse(s)["collapse_step"]) is not None else "none"
                           for s in per_run)]
@@ -127,9 +156,13 @@ def set_report(ablation: AblationSet, out_root: Path, results: dict[str, dict]) 
     pngs = plot_curves(series, out / "plots", f"ablation set {ablation.name}")
     text = "\n".join([
         f"# Ablation set `{ablation.name}`", "", ablation.description, "",
-        markdown_table(["variant", "env", "runs", "val success", "sd", "test success", "sd", "val ceiling",
-                        "echo trap marker", "template marker (per seed)"], rows),
-        "", "Curves: the mean over a variant's seeds, the band its min and max; dotted lines mark reward-std "
+        markdown_table(["variant", "env", "runs", "val success", "sd", "test success", "sd",
+                        f"val minus {reference} (paired)", "val ceiling", "echo trap marker",
+                        "template marker (per seed)"], rows),
+        "", f"val minus {reference}: the gap of the per-instance val success rates, paired by seed and instance, "
+        "with its standard error over seeds that share their instances (ragen.evaluation.mean_and_se_over_seeds); "
+        "sd is the spread of the runs' val success.", "",
+        "Curves: the mean over a variant's seeds, the band its min and max; dotted lines mark reward-std "
         "collapse (ragen/report.py).", "", f"![curves](plots/{pngs[0].name})", "",
         "Runs:", "", *[f"- `{run.name}`: {' '.join(run.overrides)}" for run in ablation.runs], ""])
     write_text(out / "report.md", text)

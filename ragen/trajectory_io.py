@@ -79,3 +79,24 @@ def sample_table(trajectories: Sequence[Trajectory], limit: int = 32) -> dict[st
         "first_state": [t.turns[0].state if t.turns else "" for t in rows],
         "responses": ["\n---\n".join(turn.response for turn in t.turns) for t in rows],
     }
+
+
+def instance_success_rates(path: str | Path, tag: str, seeds: Sequence[int]) -> list[float]:
+    """Each instance's success rate over its episodes in a trajectories file (e.g. stage evaluate's eval.parquet),
+    in the order of `seeds`: s_i = (successes of seed i) / (episodes of seed i), for env `tag`.
+
+    Raises ValueError when an instance has no episode there or the instances have different episode counts
+    (evaluations of other eval.episodes or eval.samples), naming the file."""
+    table = pl.read_parquet(_written(path), columns=["tag", "seed", "success"]).filter(pl.col("tag") == tag)
+    rates = table.group_by("seed").agg(pl.col("success").cast(pl.Float64).mean().alias("rate"),
+                                       pl.len().alias("episodes"))
+    found = dict(zip(rates["seed"].to_list(), zip(rates["rate"].to_list(), rates["episodes"].to_list())))
+    missing = [seed for seed in seeds if seed not in found]
+    if missing:
+        raise ValueError(f"{path}: no {tag} episode of {len(missing)} of the {len(seeds)} instances asked for (first: "
+                         f"{missing[:3]}); evaluate on them first, with at least as many eval.episodes")
+    counts = {found[seed][1] for seed in seeds}
+    if len(counts) > 1:
+        raise ValueError(f"{path}: the {tag} instances were played {sorted(counts)} times each; evaluate again with "
+                         "one eval.samples for all")
+    return [found[seed][0] for seed in seeds]

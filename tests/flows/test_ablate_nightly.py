@@ -1,6 +1,7 @@
 """`ragen ablate`, `ragen report` and `ragen nightly` on a small project: real flows, MLflow and Prefect (slow)."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,9 @@ def test_ablation_set_runs_nests_reports_and_resumes(small, capsys):
         assert (out / run / "report" / "report.md").exists()
     text = (out / "report.md").read_text()
     assert "| grpo | bandit | 2 |" in text and "| s | bandit | 2 |" in text
+    # s against grpo, paired by seed and val instance: a gap with its error (or the gap alone where it has none)
+    assert "val minus grpo (paired)" in text and re.search(r"\| grpo \| bandit \| 2 \|.*\| reference \|", text)
+    assert re.search(r"\| s \| bandit \| 2 \|.*\| [+-]\d\.\d{3}( ± \d\.\d{3} \([+-]\d+\.\d SE\))? \|", text), text
     assert (out / "plots" / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
     client, experiment = client_for(small)

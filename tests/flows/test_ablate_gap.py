@@ -1,0 +1,36 @@
+"""The ablation report's paired val gap: variants paired by seed and val instance, by hand."""
+
+import polars as pl
+import pytest
+
+from flows.ablate import val_gap
+from ragen.ablation import AblationRun
+
+
+def evaluation(path, successes):
+    """eval.parquet of val instances 10, 11, 12 (one episode each) plus an episode of another env."""
+    rows = [("sokoban", seed, ok) for seed, ok in zip((10, 11, 12), successes)] + [("bandit", 10, True)]
+    path.mkdir(parents=True)
+    pl.DataFrame(rows, schema=["tag", "seed", "success"], orient="row").write_parquet(path / "eval.parquet")
+
+
+def test_val_gap_pairs_runs_by_seed_and_instance(tmp_path):
+    envs = tmp_path / "envs" / "sokoban"
+    envs.mkdir(parents=True)
+    pl.DataFrame({"seed": [10, 11, 12, 13]}).write_parquet(envs / "val.parquet")
+    runs = {("a", 0): [1, 0, 0], ("a", 1): [0, 0, 1], ("b", 0): [1, 1, 0], ("b", 1): [1, 0, 1]}
+    for (variant, seed), successes in runs.items():
+        evaluation(tmp_path / f"{variant}-s{seed}", [bool(x) for x in successes])
+    results = {f"{v}-s{s}": {"env": "sokoban", "eval": {"sokoban": {"val": {"instances": 3}}}} for v, s in runs}
+    a = [AblationRun(f"a-s{s}", "a", s, ()) for s in (0, 1)]
+    b = [AblationRun(f"b-s{s}", "b", s, ()) for s in (1, 0)]  # listed in another order: paired by seed
+    # b - a: seed 0 gaps 0, 1, 0; seed 1 gaps 1, 0, 0. Instance means 0.5, 0.5, 0: mean 1/3, sd sqrt(1/12),
+    # se_inst = sqrt(1/12) / sqrt(3) = 1/6; seed means 1/3 and 1/3: se_seed 0. Gap 1/3 over 1/6 = 2.0 SE
+    assert val_gap(tmp_path, b, a, results, str(tmp_path / "envs")) == "+0.333 ± 0.167 (+2.0 SE)"
+    assert val_gap(tmp_path, a, a, results, str(tmp_path / "envs")) == "+0.000"
+    results["b-s1"]["eval"]["sokoban"]["val"]["instances"] = 4  # b-s1 played instance 13 too: 3 are compared
+    assert val_gap(tmp_path, b, a, results, str(tmp_path / "envs")).startswith("+0.333")
+    results["a-s0"]["eval"]["sokoban"]["val"]["instances"] = 4  # but a-s0 never played 13
+    results["b-s0"]["eval"]["sokoban"]["val"]["instances"] = 4
+    with pytest.raises(ValueError, match="no sokoban episode of 1 of the 4 instances"):
+        val_gap(tmp_path, b, a, results, str(tmp_path / "envs"))
