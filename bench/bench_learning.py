@@ -420,8 +420,15 @@ def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, en
         # measured before the unseen-pool row or the per-instance gaps: add what is missing, keep the rest
         if any("instance_gaps" not in row for row in result.get("pool", {}).values()) or "pool" not in result:
             result.pop("fit", None)
-            result["pool"] = pool_fit(cfg, base_policy, load_policy(str(out / "policy"), device="cpu"), envs_dir,
-                                      env, args.steps)
+            pool = pool_fit(cfg, base_policy, load_policy(str(out / "policy"), device="cpu"), envs_dir, env,
+                            args.steps)
+            moved = [name for name, row in result.get("pool", {}).items()
+                     if row["base"]["success_rate"] != pool[name]["base"]["success_rate"]]
+            if moved:  # another base (rebuilt on another machine): the stored rows stay, without per-instance gaps
+                print(f"bench | {out}: the base scores otherwise on pool {moved} than when this run was measured "
+                      f"({base_dir} is another base); its pool rows are kept as they were")
+            else:
+                result["pool"] = pool
         for row in result["splits"]:
             row.update(instance_gaps(paired_episodes(envs_dir, out, env, row["split"], cfg.eval.episodes)))
         write_json(cached, result)
