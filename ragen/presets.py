@@ -65,7 +65,7 @@ def nearest_preset(config: Config) -> tuple[str, list[str]]:
     mine = _sections(config)
     best: tuple[str, list[str]] | None = None
     for name in PRESETS:
-        reference = _sections(_reference(name))
+        reference = _reference_sections(name)
         diff = [f"{key}={value}" for key, value in mine.items() if value != reference[key]]
         if best is None or len(diff) < len(best[1]):
             best = (name, diff)
@@ -80,8 +80,9 @@ def describe_preset(config: Config) -> str:
 
 
 @lru_cache(maxsize=None)
-def _reference(name: str) -> Config:
-    return load_config(None, PRESETS[name])
+def _reference_sections(name: str) -> dict[str, object]:
+    """The preset's algo and filter keys: the schema's defaults with its overrides (built once a process)."""
+    return _sections(load_config(None, PRESETS[name]))
 
 
 def _sections(config: Config) -> dict[str, object]:
