@@ -418,7 +418,9 @@ def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, en
     if args.reuse and cached.exists() and cached.stat().st_mtime >= done.stat().st_mtime:
         result = json.loads(cached.read_text())
         # measured before the unseen-pool row or the per-instance gaps: add what is missing, keep the rest
-        if any("instance_gaps" not in row for row in result.get("pool", {}).values()) or "pool" not in result:
+        stale_pool = "pool" not in result or any("instance_gaps" not in row for row in result["pool"].values())
+        stale_splits = [row for row in result["splits"] if "instance_gaps" not in row]
+        if stale_pool:
             result.pop("fit", None)
             pool = pool_fit(cfg, base_policy, load_policy(str(out / "policy"), device="cpu"), envs_dir, env,
                             args.steps)
@@ -429,9 +431,10 @@ def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, en
                       f"({base_dir} is another base); its pool rows are kept as they were")
             else:
                 result["pool"] = pool
-        for row in result["splits"]:
+        for row in stale_splits:
             row.update(instance_gaps(paired_episodes(envs_dir, out, env, row["split"], cfg.eval.episodes)))
-        write_json(cached, result)
+        if stale_pool or stale_splits:
+            write_json(cached, result)
         return result
     base = evaluate(overrides=overrides, envs_dir=envs_dir, policy_dir=base_dir,
                     metrics_path=str(out / "eval_base.json"), trajectories_out=str(out / "eval_base.parquet"))
