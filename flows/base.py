@@ -38,7 +38,7 @@ def build_tiny(cfg: Config, envs_dir: Path, tracker: MlflowTracker) -> Policy:
     """Tokenizer, model, warm-start data and supervised training for the embedded default."""
     start = time.perf_counter()
     tokenizer = train_tokenizer(env_corpus(cfg.envs.tags, cfg.base.tokenizer_episodes, cfg.base.seed),
-                                cfg.model.vocab_size)
+                                cfg.model.vocab_size, grid_tokens=cfg.model.grid_tokens)
     m = cfg.model
     model = build_tiny_model(tokenizer, hidden_size=m.hidden_size, num_layers=m.num_layers, num_heads=m.num_heads,
                              num_kv_heads=m.num_kv_heads, intermediate_size=m.intermediate_size,

@@ -43,6 +43,10 @@ class ModelConfig:
     source: str = "tiny"  # tiny (the embedded default, built here) | hf (a local Hugging Face checkpoint)
     path: str = ""  # hf only: local checkpoint directory (e.g. a Qwen2.5-0.5B-Instruct download); never fetched
     vocab_size: int = 1024  # tiny: byte-level BPE trained on env text; the model gets 4 more ids (whole operator tokens)
+    # tiny: how a grid row of a state is tokenised. bpe: merged like any text, so a row splits into chunks such as
+    # "#___" + "P#" whose cells have no fixed token offset; cells: one token per cell, so the cell below another is
+    # always a row's width further on (bench/RESULTS.md, "Grid rows one cell a token")
+    grid_tokens: str = "bpe"  # bpe | cells
     hidden_size: int = 192  # tiny: Qwen2 hidden size (with the defaults: 1.9 M parameters)
     num_layers: int = 4  # tiny: decoder layers
     num_heads: int = 6  # tiny: attention heads
@@ -303,7 +307,8 @@ def validate(config: Config) -> None:
                "train.env": (config.train.env, tuple(ENVS)),
                "model.device": (config.model.device, ("auto", "cpu", "cuda")),
                "model.dtype": (config.model.dtype, ("auto", "float32", "bfloat16", "float16")),
-               "model.attn": (config.model.attn, ("auto", "sdpa", "eager"))}
+               "model.attn": (config.model.attn, ("auto", "sdpa", "eager")),
+               "model.grid_tokens": (config.model.grid_tokens, ("bpe", "cells"))}
     for key, (value, allowed) in choices.items():
         if value not in allowed:
             raise ConfigError(f"{key}: {value!r} is not one of {', '.join(allowed)}")

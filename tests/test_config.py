@@ -33,6 +33,7 @@ def write(tmp_path, text):
         ("envs:\n  val_seed: 10100\n", "overlap"),
         ("envs: [1, 2\n", "not valid YAML"),
         ("model:\n  attn: flash\n", "model.attn: 'flash' is not one of auto, sdpa, eager"),
+        ("model:\n  grid_tokens: chars\n", "model.grid_tokens: 'chars' is not one of bpe, cells"),
         ("filter:\n  within: best\n", "filter.within: 'best' is not one of all, best_success"),
         ("algo:\n  outcome: best_success\n  reward_placement: turn\n", "needs algo.reward_placement=last"),
         ("envs:\n  tags: [bandit]\nbase:\n  envs: [sokoban]\n", "base.envs: ['sokoban'] not in envs.tags"),

@@ -29,11 +29,16 @@ CHAT_TEMPLATE = (
 # rewards), and sentence ends (a space after . , : ? starts a new piece). Inside a piece merges may cross spaces,
 # so the constant prompt sentences and common grid rows become single tokens: env text averages ~6 characters
 # per token instead of ~3.5 with GPT-2's word regex, which is what CPU training pays for.
-PRE_TOKENIZER = pre_tokenizers.Sequence([
-    pre_tokenizers.Split(Regex(r"\n|\d"), behavior="isolated"),
-    pre_tokenizers.Split(Regex(r"(?<=[.,:?]) "), behavior="merged_with_next"),
-    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-])
+LINES_AND_DIGITS = pre_tokenizers.Split(Regex(r"\n|\d"), behavior="isolated")
+SENTENCE_ENDS = pre_tokenizers.Split(Regex(r"(?<=[.,:?]) "), behavior="merged_with_next")
+BYTES = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+PRE_TOKENIZER = pre_tokenizers.Sequence([LINES_AND_DIGITS, SENTENCE_ENDS, BYTES])
+# Grid rows one cell a token (`model.grid_tokens: cells`). A grid row is a whole line with no lowercase letter,
+# digit, colon or whitespace ("#OPX_#", "WGAB.W", "_O__"); "State:" or a response is not. The pattern runs on each
+# line (the split above isolates newlines) and matches one character at a time from the line's start (\G), each
+# only where the rest of the line is grid characters too, so a line is split into cells whole or not at all.
+GRID_CELLS = pre_tokenizers.Split(Regex(r"\G[^a-z\s\d:](?=[^a-z\s\d:]*$)"), behavior="isolated")
+PRE_TOKENIZER_CELLS = pre_tokenizers.Sequence([LINES_AND_DIGITS, GRID_CELLS, SENTENCE_ENDS, BYTES])
 # Countdown's operators with their spaces, one token each whatever BPE learned: BPE merged " + " and " - " but
 # left " * " and " / " as three tokens, whose bare " " is also what precedes a number in the prompt's list
 # ("nums: [35, 12]"), and the warm-started model then often wrote two numbers with no operator between them
@@ -98,11 +103,14 @@ def env_corpus(tags: Sequence[str], episodes_per_env: int = 64, seed: int = 0) -
                     yield next_user_message(reward, turn, state, left, enable_think)
 
 
-def train_tokenizer(texts: Iterator[str] | Sequence[str], vocab_size: int) -> PreTrainedTokenizerFast:
+def train_tokenizer(texts: Iterator[str] | Sequence[str], vocab_size: int, *, grid_tokens: str = "bpe"
+                    ) -> PreTrainedTokenizerFast:
     """Byte-level BPE with ChatML special tokens, chat template and whole operator tokens, as a transformers
-    tokenizer."""
+    tokenizer. grid_tokens "cells" keeps each cell of a grid row its own token (see GRID_CELLS)."""
+    if grid_tokens not in ("bpe", "cells"):
+        raise ValueError(f"grid_tokens: {grid_tokens!r} is not one of bpe, cells")
     core = Tokenizer(models.BPE())
-    core.pre_tokenizer = PRE_TOKENIZER
+    core.pre_tokenizer = PRE_TOKENIZER_CELLS if grid_tokens == "cells" else PRE_TOKENIZER
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,

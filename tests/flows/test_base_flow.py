@@ -63,6 +63,14 @@ def test_same_params_same_base_model(with_envs):
     assert all(torch.equal(first[k], second[k]) for k in first)
 
 
+def test_grid_tokens_cells_reaches_the_saved_tokenizer(with_envs):
+    project = with_envs
+    base(params=str(project / "params.yaml"), overrides=[*SMALL, "model.grid_tokens=cells"])
+    tokenizer = load_policy(project / "models/base", device="cpu").tokenizer  # as every later stage loads it
+    grid = "#####\n#_PX#\n#O__#\n#####"
+    assert [tokenizer.decode([i]) for i in tokenizer.encode(grid, add_special_tokens=False)] == list(grid)
+
+
 def test_hf_base_records_the_local_path(with_envs, tmp_path):
     project = with_envs
     tokenizer = train_tokenizer(env_corpus(["bandit", "sokoban"], 4), 320)

@@ -54,3 +54,58 @@ def test_countdown_operators_are_whole_tokens_and_survive_saving(tokenizer, tmp_
     assert {" * ", " / ", " - ", " + "} <= set(pieces) and tokenizer.decode(ids) == text
     tokenizer.save_pretrained(tmp_path)
     assert PreTrainedTokenizerFast.from_pretrained(tmp_path).encode(text, add_special_tokens=False) == ids
+
+
+GRID_TAGS = ["sokoban", "sokoban_vocab", "sokoban_large", "frozen_lake"]
+
+
+@pytest.fixture(scope="module")
+def cells_tokenizer():
+    from ragen.policy.tokenizer import env_corpus, train_tokenizer
+
+    return train_tokenizer(env_corpus([*GRID_TAGS, "countdown"], episodes_per_env=8, seed=0), vocab_size=512,
+                           grid_tokens="cells")
+
+
+@pytest.mark.parametrize("tag", GRID_TAGS)
+def test_grid_cells_give_one_token_per_cell_and_leave_prose_alone(tokenizer, cells_tokenizer, tag):
+    env = make_env(tag)
+    state, _ = env.reset(seed=99)
+    rows = state.split("\n")
+    ids = cells_tokenizer.encode(state, add_special_tokens=False)
+    # every cell and every newline its own token: the cell below another is always width + 1 tokens further on
+    assert [cells_tokenizer.decode([i]) for i in ids] == [c for c in "\n".join(rows)]
+    assert len(ids) == sum(len(row) for row in rows) + len(rows) - 1
+    text = first_user_message(env, state, env.max_actions_per_traj, True)
+    assert cells_tokenizer.decode(cells_tokenizer.encode(text, add_special_tokens=False)) == text
+    # the lines around the grid, and responses, are merged as before
+    for line in ("State:", "Turn 1:", "<think>I will move Up.</think><answer>Up || Left</answer>"):
+        assert len(cells_tokenizer.encode(line, add_special_tokens=False)) < len(line) / 2, line
+
+
+def test_grid_cells_split_a_line_whole_or_not_at_all():
+    from tokenizers import pre_tokenizers
+
+    from ragen.policy.tokenizer import GRID_CELLS, LINES_AND_DIGITS, SENTENCE_ENDS
+
+    split = pre_tokenizers.Sequence([LINES_AND_DIGITS, GRID_CELLS, SENTENCE_ENDS])
+
+    def pieces(text):
+        return [piece for piece, _ in split.pre_tokenize_str(text)]
+
+    assert pieces("State:\n#OPX_#\nWGAB.W\n√S@.") == [
+        "State:", "\n", "#", "O", "P", "X", "_", "#", "\n", "W", "G", "A", "B", ".", "W", "\n", "√", "S", "@", "."]
+    # a line with a lowercase letter, a digit, a colon or whitespace is prose: not even its trailing grid-like
+    # characters are cut off one by one
+    assert pieces("Reward:\n-0.1") == ["Reward:", "\n", "-", "0", ".", "1"]
+    assert pieces("#_# x") == ["#_# x"]
+    assert pieces("XO, P") == ["XO,", " P"]
+    assert pieces("left (tokens).") == ["left (tokens)."]
+    assert pieces("<answer>Up || Left</answer>") == ["<answer>Up || Left</answer>"]
+
+
+def test_grid_tokens_must_be_bpe_or_cells():
+    from ragen.policy.tokenizer import train_tokenizer
+
+    with pytest.raises(ValueError, match="grid_tokens: 'cell' is not one of bpe, cells"):
+        train_tokenizer(["#_#"], 300, grid_tokens="cell")
