@@ -68,7 +68,7 @@ def cells_tokenizer():
 
 
 @pytest.mark.parametrize("tag", GRID_TAGS)
-def test_grid_cells_give_one_token_per_cell_and_leave_prose_alone(tokenizer, cells_tokenizer, tag):
+def test_grid_cells_give_one_token_per_cell_and_leave_prose_alone(cells_tokenizer, tag):
     env = make_env(tag)
     state, _ = env.reset(seed=99)
     rows = state.split("\n")
