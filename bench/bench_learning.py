@@ -75,6 +75,7 @@ from ragen.records import EpisodeSpec
 from ragen.report import CURVES, read_steps_csv
 from ragen.rollout import run_episodes, summarize
 from ragen.train import step_specs
+from ragen.trajectory_io import instance_success_rates
 from ragen.warmstart import scripted_responder
 
 
@@ -83,24 +84,17 @@ OPENING = {key: CURVES[key] for key in ("rollout/first_action_entropy", "rollout
     "rollout/first_action_top_share": "most common first action's share"}  # ragen.diagnostics, by csv column
 
 
-def paired_episodes(envs_dir: str, out: Path, env: str, split: str, episodes: int) -> pl.DataFrame:
+def paired_episodes(envs_dir: str, out: Path, env: str, split: str, episodes: int, samples: int) -> pl.DataFrame:
     """Base and trained success on the same val or test instances (eval_base.parquet, eval.parquet): one row per seed
-    with `seed`, `base`, `trained`, in the split's order; with eval.samples > 1 each is the instance's success rate
-    over its samples (both evaluations must have played the same number of samples)."""
+    with `seed`, `base`, `trained`, in the split's order; each is the instance's success rate over its `samples`
+    episodes (`instance_success_rates`), and both evaluations must have played exactly that many."""
     seeds = read_seeds(envs_dir, env, split)[:episodes]
-
-    def per_seed(path: Path, name: str) -> pl.DataFrame:
-        table = pl.read_parquet(path, columns=["tag", "seed", "success"]).filter(pl.col("tag") == env)
-        return table.group_by("seed").agg(pl.col("success").cast(pl.Float64).mean().alias(name),
-                                          pl.len().alias(f"{name}_samples"))
-
-    both = (per_seed(out / "eval.parquet", "trained").join(per_seed(out / "eval_base.parquet", "base"), on="seed")
-            .filter(pl.col("seed").is_in(seeds)))
-    if both.height != len(seeds) or both["trained_samples"].n_unique() != 1 or \
-            not both["trained_samples"].equals(both["base_samples"]):
-        raise ValueError(f"{out}: {both.height} {env} {split} instances played as often by base and trained policy, "
-                         f"expected {len(seeds)}; rerun without --reuse")
-    return pl.DataFrame({"seed": seeds}).join(both.select("seed", "base", "trained"), on="seed", how="left")
+    try:
+        base, trained = (instance_success_rates(out / name, env, seeds, samples=samples)
+                         for name in ("eval_base.parquet", "eval.parquet"))
+    except ValueError as err:
+        raise ValueError(f"{err} (or rerun without --reuse)") from None
+    return pl.DataFrame({"seed": seeds, "base": base, "trained": trained})
 
 
 def instance_gaps(both: pl.DataFrame) -> dict[str, list]:
@@ -432,7 +426,8 @@ def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, en
             else:
                 result["pool"] = pool
         for row in stale_splits:
-            row.update(instance_gaps(paired_episodes(envs_dir, out, env, row["split"], cfg.eval.episodes)))
+            row.update(instance_gaps(paired_episodes(envs_dir, out, env, row["split"], cfg.eval.episodes,
+                                                     cfg.eval.samples)))
         if stale_pool or stale_splits:
             write_json(cached, result)
         return result
@@ -441,7 +436,7 @@ def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, en
     result = {"env": env, "run": env if seed is None else f"{env}/s{seed}", "wall": summary.get("wall_s", math.nan),
               "splits": [], "timing": summary["train"]}
     for split in ("val", "test"):
-        paired = paired_episodes(envs_dir, out, env, split, cfg.eval.episodes)
+        paired = paired_episodes(envs_dir, out, env, split, cfg.eval.episodes, cfg.eval.samples)
         gap, paired_se = paired_gap(paired)
         result["splits"].append({
             "split": split, "random": random_success(cfg, base_policy, envs_dir, env, split),

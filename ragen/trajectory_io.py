@@ -81,12 +81,14 @@ def sample_table(trajectories: Sequence[Trajectory], limit: int = 32) -> dict[st
     }
 
 
-def instance_success_rates(path: str | Path, tag: str, seeds: Sequence[int]) -> list[float]:
+def instance_success_rates(path: str | Path, tag: str, seeds: Sequence[int], *, samples: int | None = None
+                           ) -> list[float]:
     """Each instance's success rate over its episodes in a trajectories file (e.g. stage evaluate's eval.parquet),
     in the order of `seeds`: s_i = (successes of seed i) / (episodes of seed i), for env `tag`.
 
-    Raises ValueError when an instance has no episode there or the instances have different episode counts
-    (evaluations of other eval.episodes or eval.samples), naming the file."""
+    Raises ValueError when an instance has no episode there, the instances have different episode counts
+    (evaluations of other eval.episodes or eval.samples), or, with `samples`, any other count than that one
+    (an evaluation left from another eval.samples), naming the file."""
     table = pl.read_parquet(_written(path), columns=["tag", "seed", "success"]).filter(pl.col("tag") == tag)
     rates = table.group_by("seed").agg(pl.col("success").cast(pl.Float64).mean().alias("rate"),
                                        pl.len().alias("episodes"))
@@ -99,4 +101,7 @@ def instance_success_rates(path: str | Path, tag: str, seeds: Sequence[int]) -> 
     if len(counts) > 1:
         raise ValueError(f"{path}: the {tag} instances were played {sorted(counts)} times each; evaluate again with "
                          "one eval.samples for all")
+    if samples is not None and counts != {samples}:
+        raise ValueError(f"{path}: the {tag} instances were played {counts.pop()} times each, not eval.samples="
+                         f"{samples}; evaluate again with eval.samples={samples}")
     return [found[seed][0] for seed in seeds]

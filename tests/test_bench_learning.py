@@ -42,15 +42,16 @@ def test_paired_episodes_average_each_instance_over_its_samples(tmp_path):
                   "success": [True, False, True, True, False]}).write_parquet(tmp_path / "eval.parquet")
     pl.DataFrame({"tag": ["sokoban"] * 4, "seed": [7, 3, 7, 3],
                   "success": [False, False, True, False]}).write_parquet(tmp_path / "eval_base.parquet")
-    both = bench_learning.paired_episodes(str(tmp_path), tmp_path, "sokoban", "val", 2)
+    both = bench_learning.paired_episodes(str(tmp_path), tmp_path, "sokoban", "val", 2, 2)
     assert both.to_dicts() == [{"seed": 7, "base": 0.5, "trained": 1.0}, {"seed": 3, "base": 0.0, "trained": 0.5}]
     gap, se = bench_learning.paired_gap(both)  # differences 0.5, 0.5: a gap of 0.5 with no spread
     assert (gap, se) == (0.5, 0.0)
     # a base evaluated with fewer samples than the trained policy is not a pair
     pl.DataFrame({"tag": ["sokoban"] * 2, "seed": [7, 3],
                   "success": [False, False]}).write_parquet(tmp_path / "eval_base.parquet")
-    with pytest.raises(ValueError, match="played as often by base and trained policy"):
-        bench_learning.paired_episodes(str(tmp_path), tmp_path, "sokoban", "val", 2)
+    with pytest.raises(ValueError, match=r"eval_base.parquet: the sokoban instances were played 1 times each, not "
+                                         r"eval.samples=2; .* rerun without --reuse"):
+        bench_learning.paired_episodes(str(tmp_path), tmp_path, "sokoban", "val", 2, 2)
 
 
 def test_success_by_moves_buckets_then_exact_short_counts(tmp_path):
