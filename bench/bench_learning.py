@@ -68,7 +68,7 @@ from flows.base import base as build_base
 from flows.common import read_instances, read_seeds, read_train_pool, write_json
 from flows.envgen import envgen
 from flows.evaluate import evaluate
-from ragen.config import Config, load_config
+from ragen.config import Config, ConfigError, load_config
 from ragen.evaluation import evaluate_policy, instance_success, mean_and_se, mean_and_se_over_seeds
 from ragen.policy import Policy, load_policy
 from ragen.records import EpisodeSpec
@@ -268,6 +268,12 @@ def main() -> None:
                              "evaluations), then the mean paired gap over them with its standard error between seeds")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every env")
     args = parser.parse_args()
+    # checked before any training, for each env (an option such as algo.shaping holds for some envs only)
+    try:
+        cfg = [load_config("params.yaml", [f"preset={args.preset}", f"train.env={env}", *args.overrides])
+               for env in args.envs][0]
+    except ConfigError as error:
+        parser.error(str(error))
     base_dir, base_metrics, runs = "models/base", "metrics/base.json", Path(".bench") / args.preset
     if args.base and args.sft_base_steps > 0:
         parser.error("--base and --sft-base-steps both choose the base; pass one")
@@ -287,7 +293,6 @@ def main() -> None:
     envs_dir = train_pool_envs(args.envs, args.train_size, args.reuse) if args.train_size > 0 else "data/envs"
     results = [measure(env, seed, args, runs, envs_dir, base_dir, base_metrics)
                for env in args.envs for seed in args.seeds or [None]]
-    cfg = load_config("params.yaml", [f"preset={args.preset}", *args.overrides])
     print(f"\n# learning benchmark | preset {args.preset} | {args.steps} steps | base {base_dir} | "
           f"instances {envs_dir} | success rate ± standard error over instances, {cfg.eval.samples} episode(s) each")
     print(f"{'run':<15} {'split':<5} {'random':>6} {'base':>12} {'trained':>12} {'gap/se':>6} {'paired':>6} "

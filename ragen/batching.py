@@ -3,8 +3,8 @@
 Loss mask (RAGEN section 1.2): "assistant" trains on the sampled tokens only (the default; RAGEN main trains on
 assistant turns); "all" trains on every token after the system message, environment text included, as the
 paper's runs did (V0423's enable_response_mask=False). Reward placement: "last" puts the trajectory return
-(env rewards + format penalties) on the last token; "turn" puts each turn's reward + penalty on its last sampled
-token (RAGEN's use_turn_scores).
+(env rewards + format penalties + any shaping) on the last token; "turn" puts each turn's reward + penalty +
+shaping on its last sampled token (RAGEN's use_turn_scores; shaping is `ragen.shaping`'s, 0 without it).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class RolloutBatch:
     loss_mask: torch.Tensor  # (B, T) bool
     sampled_logprobs: torch.Tensor  # (B, T) the sampler's log-probs at sampled tokens, 0 elsewhere
     token_rewards: torch.Tensor  # (B, T) float
-    traj_returns: torch.Tensor  # (B,) env rewards + penalties
+    traj_returns: torch.Tensor  # (B,) env rewards + penalties (+ shaping)
     group_ids: torch.Tensor  # (B,) long
     turn_end_mask: torch.Tensor  # (B, T) bool, True on the last sampled token of each turn
 
@@ -55,7 +55,7 @@ def build_batch(trajectories: Sequence[Trajectory], *, pad_id: int, device: torc
             rewards[row, -1] = traj.traj_return
         elif reward_placement == "turn":
             for turn, end in zip(traj.turns, traj.turn_ends):
-                rewards[row, offset + end] += turn.reward + turn.penalty
+                rewards[row, offset + end] += turn.reward + turn.penalty + turn.shaping
         else:
             raise ValueError(f"unknown reward_placement {reward_placement!r}; use last or turn")
     returns = torch.tensor([t.traj_return for t in trajectories], dtype=torch.float32)

@@ -154,6 +154,12 @@ class AlgoConfig:
     # pointwise information on the instance); not RAGEN's. Scaled by first_action_coef (nats -> return units)
     first_action_bonus: str = "none"
     first_action_coef: float = 1.0
+    # potential-based shaping of the training rollouts' turn rewards (ragen.shaping; not RAGEN's): none | solver (c *
+    # (Phi(after) - Phi(before)) per turn, Phi from the exact solver: minus the moves left on Sokoban, the best
+    # success probability left on FrozenLake); c = shaping_coef. It sums to c * (Phi(end) - Phi(start)) over an
+    # episode, so its credit per turn needs algo.reward_placement turn. Evaluation is never shaped
+    shaping: str = "none"
+    shaping_coef: float = 1.0
 
 
 @dataclass
@@ -304,6 +310,7 @@ def validate(config: Config) -> None:
                "algo.reward_placement": (a.reward_placement, ("last", "turn")),
                "algo.outcome": (a.outcome, ("return", "best_success")),
                "algo.first_action_bonus": (a.first_action_bonus, ("none", "entropy", "mi")),
+               "algo.shaping": (a.shaping, ("none", "solver")),
                "train.env": (config.train.env, tuple(ENVS)),
                "model.device": (config.model.device, ("auto", "cpu", "cuda")),
                "model.dtype": (config.model.dtype, ("auto", "float32", "bfloat16", "float16")),
@@ -326,6 +333,15 @@ def validate(config: Config) -> None:
     if a.first_action_bonus != "none" and a.reward_placement != "last":
         raise ConfigError(f"algo.first_action_bonus {a.first_action_bonus} adds to whole-trajectory returns, so it needs "
                           "algo.reward_placement=last (per-turn rewards are the env's own)")
+    if a.shaping != "none":
+        from ragen.shaping import shapeable
+
+        if not shapeable(config.train.env):
+            raise ConfigError(f"algo.shaping {a.shaping}: train.env {config.train.env} has no solver potential (the "
+                              "Sokoban envs and frozen_lake have one); set algo.shaping=none")
+        if a.shaping_coef <= 0:
+            raise ConfigError(f"algo.shaping_coef must be > 0 (a negative one would pay for moving away from the "
+                              f"solution), got {a.shaping_coef}")
     if a.first_action_coef < 0:
         raise ConfigError(f"algo.first_action_coef must be >= 0 (a negative one would pay for a template), got "
                           f"{a.first_action_coef}")

@@ -33,6 +33,7 @@ class Turn:
     penalty: float  # format penalty of the turn (0 or rollout.format_penalty)
     format_ok: bool  # the response parsed
     actions_valid: bool  # it parsed and every action is valid for the env
+    shaping: float = 0.0  # c * (Phi(after) - Phi(before)) under algo.shaping solver (ragen.shaping), else 0
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,9 @@ class Trajectory:
     sampled_logprobs: tuple[float, ...]  # (T,) sampling log-prob at sampled tokens, 0 elsewhere
     system_len: int  # tokens of the system message (the paper's runs train on everything after it)
     turn_ends: tuple[int, ...]  # (L,) index of each turn's last sampled token
+    shaping: float = 0.0  # sum of the turns' shaping (0 without algo.shaping)
 
     @property
     def traj_return(self) -> float:
-        """RAGEN's trajectory score: env rewards plus format penalties."""
-        return self.env_return + self.penalty
+        """RAGEN's trajectory score: env rewards plus format penalties (plus the shaping, when there is any)."""
+        return self.env_return + self.penalty + self.shaping

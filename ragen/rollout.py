@@ -8,6 +8,8 @@ without penalty, and the next user message starts with "Reward:\\n{turn reward}"
 
 `respond(prompts, envs)` produces the turn's responses: the policy's sampler for rollouts, or a script (random
 valid actions, solver plans) for warm-start data, so demonstrations and rollouts share this one code path.
+With a `potential` (ragen.shaping, training rollouts under algo.shaping solver) each turn also records its shaping,
+Phi(after) - Phi(before), with Phi read from the env and the action and turn budget left; it is not shown either.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ragen.policy.chat import ChatRenderer
 from ragen.policy.sampling import Sample, SamplingSession
 from ragen.prompting import first_user_message, next_user_message, parse_response
 from ragen.records import EpisodeSpec, Trajectory, Turn
+from ragen.shaping import Potential
 
 Responder = Callable[[list[list[int]], list[TextEnv]], list[Sample]]
 
@@ -76,8 +79,8 @@ def policy_responder(policy: Policy, cfg: RolloutConfig, *, temperature: float |
 
 
 def run_episodes(specs: Sequence[EpisodeSpec], respond: Responder, renderer: ChatRenderer, cfg: RolloutConfig,
-                 *, max_positions: int) -> list[Trajectory]:
-    """Play every spec to its end; returns one Trajectory per spec, in order."""
+                 *, max_positions: int, potential: Potential | None = None) -> list[Trajectory]:
+    """Play every spec to its end; returns one Trajectory per spec, in order (each turn shaped by `potential`)."""
     episodes = []
     for spec in specs:
         env = make_env(spec.tag)
@@ -91,13 +94,15 @@ def run_episodes(specs: Sequence[EpisodeSpec], respond: Responder, renderer: Cha
             break
         samples = respond([e.ids for e in active], [e.env for e in active])
         for episode, sample in zip(active, samples):
-            _play_turn(episode, sample, turn, renderer, cfg, max_positions)
+            _play_turn(episode, sample, turn, renderer, cfg, max_positions, potential)
     return [_to_trajectory(e) for e in episodes]
 
 
 def _play_turn(ep: _Episode, sample: Sample, turn: int, renderer: ChatRenderer, cfg: RolloutConfig,
-               max_positions: int) -> None:
+               max_positions: int, potential: Potential | None = None) -> None:
     env, tokenizer = ep.env, renderer.tokenizer
+    turns_left = min(cfg.max_turns, env.max_turns) - turn + 1  # this turn included
+    before = potential(env, ep.actions_left, turns_left) if potential else 0.0
     ended_with_eos = sample.finish == "eos"
     text_ids = sample.token_ids[:-1] if ended_with_eos else sample.token_ids
     response = tokenizer.decode(text_ids, skip_special_tokens=True)
@@ -110,13 +115,14 @@ def _play_turn(ep: _Episode, sample: Sample, turn: int, renderer: ChatRenderer, 
         obs, r, terminated, truncated, info = env.step(action)
         if info["action_is_valid"]:
             reward, executed, ep.actions_left = reward + r, executed + 1, ep.actions_left - 1
+    after = potential(env, ep.actions_left, turns_left - 1) if potential else 0.0
     ep.append(sample.token_ids, sample.logprobs)
     ep.turn_ends.append(len(ep.ids) - 1)
     ep.turns.append(Turn(
         state=state, response=response, response_ids=tuple(sample.token_ids),
         response_logprobs=tuple(sample.logprobs), finish=sample.finish, think=parsed.think, actions=parsed.actions,
         executed=executed, reward=reward, penalty=0.0 if actions_valid else cfg.format_penalty,
-        format_ok=parsed.format_ok, actions_valid=actions_valid,
+        format_ok=parsed.format_ok, actions_valid=actions_valid, shaping=after - before,
     ))
     if terminated:
         ep.end_reason = "terminated"
@@ -143,6 +149,7 @@ def _to_trajectory(ep: _Episode) -> Trajectory:
     return Trajectory(
         tag=ep.spec.tag, seed=ep.spec.seed, group_id=ep.spec.group_id, turns=tuple(ep.turns),
         env_return=sum(t.reward for t in ep.turns), penalty=sum(t.penalty for t in ep.turns),
+        shaping=sum(t.shaping for t in ep.turns),
         success=bool(ep.env.last_success), num_actions=sum(t.executed for t in ep.turns),
         end_reason=ep.end_reason or "turns", token_ids=tuple(ep.ids), sampled_mask=tuple(ep.sampled),
         sampled_logprobs=tuple(ep.logprobs), system_len=ep.system_len, turn_ends=tuple(ep.turn_ends),

@@ -34,6 +34,7 @@ from ragen.policy import Policy
 from ragen.policy.scoring import score_sequences, shareable_prefix
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import policy_responder, run_episodes, summarize
+from ragen.shaping import make_potential
 from ragen.update import UpdateSettings, score_batch, update
 
 
@@ -69,7 +70,9 @@ def collect(cfg: Config, policy: Policy, pool: Sequence[int], step: int) -> list
     generator = torch.Generator(policy.model.device).manual_seed(cfg.train.seed * 1_000_003 + step)
     return run_episodes(step_specs(cfg, pool, step), policy_responder(policy, cfg.rollout, generator=generator),
                         policy.renderer(cfg.rollout.enable_think), cfg.rollout,
-                        max_positions=policy.model.config.max_position_embeddings)
+                        max_positions=policy.model.config.max_position_embeddings,
+                        potential=make_potential(cfg.algo.shaping, cfg.algo.shaping_coef,
+                                                 cfg.rollout.max_actions_per_turn))
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
@@ -79,6 +82,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     _, raw_stds = group_stds(torch.tensor([t.traj_return for t in trajectories]),
                              torch.tensor([t.group_id for t in trajectories]))
     metrics = summarize(trajectories) | action_dependence(trajectories)
+    metrics["shaping_mean"] = sum(t.shaping for t in trajectories) / max(len(trajectories), 1)  # 0 unshaped
     metrics |= {"in_group_std_mean": float(raw_stds.mean()), "in_group_std_max": float(raw_stds.max())}
     return {f"rollout/{k}": v for k, v in metrics.items()}
 

@@ -30,7 +30,8 @@ def from_frame(frame: pl.DataFrame) -> list[Trajectory]:
     out = []
     for row in frame.iter_rows(named=True):
         turns = tuple(Turn(**{k: tuple(v) if isinstance(v, list) else v for k, v in t.items()}) for t in row["turns"])
-        fields = {k: tuple(row[k]) if isinstance(row[k], list) else row[k] for k in TRAJ_FIELDS if k != "turns"}
+        fields = {k: tuple(row[k]) if isinstance(row[k], list) else row[k]
+                  for k in TRAJ_FIELDS if k != "turns" and k in row}  # files from before a field keep its default
         out.append(Trajectory(turns=turns, **fields))
     return out
 

@@ -14,6 +14,7 @@ from ragen.policy.model import build_critic, build_tiny_model
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.advantages import value_targets
 from ragen.policy.scoring import score_sequences, shareable_prefix
+from ragen.shaping import make_potential
 from ragen.train import Learner, collect, make_batch, return_batch, select, step_specs, train_step
 
 CFG = ["train.env=frozen_lake", "train.groups=3", "train.group_size=4", "train.mini_batch_size=6",
@@ -186,3 +187,27 @@ def test_select_adds_the_first_action_bonus_before_normalising(tokenizer):
     _, with_bonus, _ = select(load_config(None, grpo + ["algo.first_action_bonus=mi"]), played)
     _, without, _ = select(load_config(None, grpo), played)
     assert not torch.allclose(with_bonus, without)
+
+
+def test_a_shaped_step_pays_each_turn_its_potential_gain(tokenizer):
+    shaped = CFG + ["algo.shaping=solver", "algo.shaping_coef=2", "algo.reward_placement=turn",
+                    "algo.advantage=bilevel_gae", "algo.turn_gamma=0"]
+    cfg, pool = load_config(None, shaped), list(range(100, 110))
+    learner = fresh_learner(tokenizer)
+    trajectories = collect(cfg, learner.policy, pool, 0)
+    unshaped = collect(load_config(None, CFG), learner.policy, pool, 0)
+    assert [t.token_ids for t in trajectories] == [t.token_ids for t in unshaped]  # shaping is never shown
+    for traj in trajectories:  # the turns' gains sum to c * (Phi(end) - Phi(start)), Phi(start) = W_{10,2}(start)
+        env = make_env("frozen_lake")
+        env.reset(seed=traj.seed)
+        start = 2.0 * make_potential("solver", 1.0, 5)(env, env.max_actions_per_traj, 2)
+        assert traj.shaping == pytest.approx(sum(t.shaping for t in traj.turns))
+        assert traj.end_reason != "context"  # so the episode ended with no turn or action left, or on a terminal tile
+        assert traj.shaping == pytest.approx(2.0 * float(traj.success) - start)  # Phi(end) = c * 1[goal]
+    assert any(t.shaping != 0 for t in trajectories)
+    kept, scores, _ = select(cfg, trajectories)
+    batch = return_batch(cfg, learner.policy, kept, scores)
+    assert batch.token_rewards.sum().item() == pytest.approx(sum(t.traj_return for t in kept), abs=1e-4)
+    metrics = train_step(cfg, fresh_learner(tokenizer), pool, 0)
+    assert metrics["rollout/shaping_mean"] == pytest.approx(sum(t.shaping for t in trajectories) / len(trajectories))
+    assert all(v == v for k, v in metrics.items() if k.startswith(("actor/", "critic/")))  # finite, not NaN

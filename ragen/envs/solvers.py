@@ -66,6 +66,43 @@ def sokoban_plan(layout: str | Board, max_states: int = MAX_SOKOBAN_STATES) -> l
     return None
 
 
+def sokoban_distances(board: Board, max_states: int = MAX_SOKOBAN_STATES) -> dict[tuple, int | None]:
+    """The fewest actions to the solved state from every state reachable from `board`, keyed by (player, boxes).
+
+    A breadth-first search forward collects the reachable states and their moves; a second one backwards from the
+    solved states over the reversed moves gives each state's distance,
+        d(s) = 0 if s is solved, else 1 + min over actions a of d(move(s, a)).
+    A state from which no sequence solves the puzzle (a deadlock) maps to None. Raises RuntimeError past `max_states`.
+    """
+    start = (board.player, board.boxes)
+    predecessors: dict[tuple, set[tuple]] = {start: set()}
+    solved, frontier = [], deque([board])
+    while frontier:
+        current = frontier.popleft()
+        key = (current.player, current.boxes)
+        if current.solved:
+            solved.append(key)
+            continue  # the episode ends here: nothing follows a solved state
+        for action in range(4):
+            nxt = current.move(action)
+            nxt_key = (nxt.player, nxt.boxes)
+            if nxt_key not in predecessors:
+                predecessors[nxt_key] = set()
+                frontier.append(nxt)
+            predecessors[nxt_key].add(key)
+        if len(predecessors) > max_states:
+            raise RuntimeError(f"sokoban: search exceeded {max_states} states; the layout is too large to solve exactly")
+    distance: dict[tuple, int | None] = {key: 0 for key in solved}
+    backward = deque(solved)
+    while backward:
+        key = backward.popleft()
+        for before in predecessors[key]:
+            if before not in distance:
+                distance[before] = distance[key] + 1
+                backward.append(before)
+    return {key: distance.get(key) for key in predecessors}
+
+
 def sokoban_min_moves(layout: str | Board) -> int | None:
     """The fewest actions (moves and pushes both count) that solve the layout; None when it cannot be solved."""
     plan = sokoban_plan(layout)

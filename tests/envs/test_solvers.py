@@ -10,7 +10,7 @@ from ragen.envs import make_env
 from ragen.envs.arithmetic import evaluate
 from ragen.envs.bandit import Arm
 from ragen.envs.frozen_lake import parse_lake, transition_table
-from ragen.envs.sokoban import parse_board
+from ragen.envs.sokoban import Board, parse_board
 from ragen.envs.solvers import (
     bandit_optimal_arm,
     countdown_reachable,
@@ -19,6 +19,7 @@ from ragen.envs.solvers import (
     frozen_lake_turn_actions,
     frozen_lake_turn_value,
     lake_values,
+    sokoban_distances,
     sokoban_min_moves,
     sokoban_plan,
 )
@@ -64,6 +65,32 @@ def test_sokoban_box_along_a_wall_cannot_leave_it():
     # the box sits against the bottom wall; the target is on the row above: no push can lift it off the wall
     layout = "######\n#__O_#\n#_P__#\n#__X_#\n######"
     assert sokoban_min_moves(layout) is None
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sokoban_distances_agree_with_a_search_from_each_state(seed):
+    """Every state reachable from a generated room: its distance is the BFS answer from it (None: unsolvable)."""
+    env = make_env("sokoban")
+    env.reset(seed=seed)
+    distances = sokoban_distances(env.board)
+    assert distances[(env.board.player, env.board.boxes)] == sokoban_min_moves(env.board)
+    checked = {None: 0, "solvable": 0}
+    for (player, boxes), distance in distances.items():
+        board = Board(env.board.height, env.board.width, env.board.walls, env.board.targets, boxes, player)
+        assert distance == sokoban_min_moves(board)
+        checked[None if distance is None else "solvable"] += 1
+    assert checked["solvable"] > 5 and checked[None] > 5
+
+
+def test_sokoban_distances_by_hand():
+    board = parse_board("######\n#____#\n#_XP_#\n#_O__#\n######")
+    distances = sokoban_distances(board)
+    assert distances[(board.player, board.boxes)] == 3
+    assert distances[((2, 2), frozenset({(2, 1)}))] is None  # Left pinned the box to the wall: a deadlock
+    assert distances[((1, 2), frozenset({(2, 2)}))] == 1  # one push down
+    assert sokoban_distances(parse_board("#####\n#X_O#\n#P__#\n#####")) == {
+        ((2, 1), frozenset({(1, 1)})): None, ((2, 2), frozenset({(1, 1)})): None, ((2, 3), frozenset({(1, 1)})): None,
+        ((1, 2), frozenset({(1, 1)})): None, ((1, 3), frozenset({(1, 1)})): None}
 
 
 def test_sokoban_vocab_layouts_are_solved_too():
