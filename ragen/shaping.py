@@ -25,7 +25,7 @@ from ragen.envs import ENVS
 from ragen.envs.base import TextEnv
 from ragen.envs.frozen_lake import FrozenLakeEnv
 from ragen.envs.sokoban import Board, SokobanEnv
-from ragen.envs.solvers import _turn_values, sokoban_distances
+from ragen.envs.solvers import lake_turn_values, sokoban_distances
 
 # Phi(env, actions_left, turns_left) -> float
 Potential = Callable[[TextEnv, int, int], float]
@@ -58,7 +58,7 @@ def sokoban_potential(board: Board, cap: int) -> float:
 
 def lake_potential(env: FrozenLakeEnv, actions_left: int, turns_left: int, max_per_turn: int) -> float:
     """W_{actions_left, turns_left}(player): the best success probability from here under the rollout's limits."""
-    values = _turn_values(env.lake, max(actions_left, 0), max(turns_left, 0), max_per_turn)  # (tiles,)
+    values = lake_turn_values(env.lake, max(actions_left, 0), max(turns_left, 0), max_per_turn)  # (tiles,)
     return float(values[env.lake.index(env.player)])
 
 

@@ -151,14 +151,14 @@ def _sequence_matrices(lake, max_len: int) -> tuple[torch.Tensor, ...]:
 
 
 @lru_cache(maxsize=4096)
-def _turn_values(lake, actions: int, turns: int, max_per_turn: int) -> torch.Tensor:
-    """W_{actions, turns}: (n,) over every tile (module docstring)."""
+def lake_turn_values(lake, actions: int, turns: int, max_per_turn: int) -> torch.Tensor:
+    """W_{actions, turns}: (n,) over every tile (module docstring), cached per lake and budget."""
     n = lake.height * lake.width
     goal = torch.tensor([float(s == lake.index(lake.goal)) for s in range(n)], dtype=torch.float64)  # (n,)
     if actions == 0 or turns == 0:
         return goal
     matrices = _sequence_matrices(lake, max_per_turn)
-    best = torch.stack([(matrices[k] @ _turn_values(lake, actions - k, turns - 1, max_per_turn)).max(0).values
+    best = torch.stack([(matrices[k] @ lake_turn_values(lake, actions - k, turns - 1, max_per_turn)).max(0).values
                         for k in range(1, min(max_per_turn, actions) + 1)]).max(0).values  # (4^k, n) -> (n,)
     terminal = torch.tensor([lake.is_terminal(lake.position(s)) for s in range(n)])
     return torch.where(terminal, goal, best)
@@ -167,7 +167,7 @@ def _turn_values(lake, actions: int, turns: int, max_per_turn: int) -> torch.Ten
 def frozen_lake_turn_value(layout: str, actions: int, turns: int, max_per_turn: int) -> float:
     """W_{actions, turns}(player): the best success probability under the rollout's limits (module docstring)."""
     lake, player = parse_lake(layout)
-    return float(_turn_values(lake, actions, turns, max_per_turn)[lake.index(player)])
+    return float(lake_turn_values(lake, actions, turns, max_per_turn)[lake.index(player)])
 
 
 def frozen_lake_turn_actions(layout: str, actions: int, turns: int, max_per_turn: int) -> list[str]:
@@ -179,7 +179,7 @@ def frozen_lake_turn_actions(layout: str, actions: int, turns: int, max_per_turn
     matrices, state = _sequence_matrices(lake, max_per_turn), lake.index(player)
     best = (-1.0, 0, 0)
     for k in range(1, min(max_per_turn, actions) + 1):  # ascending k: ties keep the shorter turn
-        q_values = matrices[k][:, state] @ _turn_values(lake, actions - k, turns - 1, max_per_turn)  # (4^k,)
+        q_values = matrices[k][:, state] @ lake_turn_values(lake, actions - k, turns - 1, max_per_turn)  # (4^k,)
         q = int(q_values.argmax())
         if float(q_values[q]) > best[0] + 1e-12:
             best = (float(q_values[q]), k, q)
