@@ -78,7 +78,7 @@ def build_tiny(cfg: Config, envs_dir: Path, tracker: MlflowTracker) -> Policy:
     torch.manual_seed(cfg.base.seed)
     train_supervised(model, data, pad_id=tokenizer.pad_token_id, steps=cfg.base.steps, batch_tokens=cfg.base.batch_tokens,
                      lr=cfg.base.lr, warmup_steps=cfg.base.warmup_steps, weight_decay=cfg.base.weight_decay,
-                     seed=cfg.base.seed, log=log)
+                     seed=cfg.base.seed, loss_mask=cfg.base.loss_mask, log=log)
     tracker.log_metrics({"timing/base/train_s": time.perf_counter() - train_start})
     return policy
 
@@ -117,7 +117,8 @@ def base(params: str = "params.yaml", overrides: list[str] | None = None, envs_d
     for tag in cfg.envs.tags:  # fail before any training when envgen has not run
         read_seeds(envs_path, tag, "val")
     with MlflowTracker.for_stage(cfg, "base", tags={"ragen.env_tags": ",".join(cfg.envs.tags),
-                                                    "ragen.base_mode": cfg.base.mode}) as tracker:
+                                                    "ragen.base_mode": cfg.base.mode,
+                                                    "ragen.base_loss_mask": cfg.base.loss_mask}) as tracker:
         if cfg.model.source == "tiny":
             policy = build_tiny(cfg, envs_path, tracker)
             meta = {"source": "tiny", "mode": cfg.base.mode}

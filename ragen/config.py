@@ -70,6 +70,10 @@ class BaseConfig:
     """Section `base`: the warm start of the tiny policy (stage base)."""
 
     mode: str = "warm"  # warm: well-formatted responses with random valid actions (no skill) | sft: solver demos
+    # tokens the supervised loss covers: assistant (the responses) | all (every post-system token: also the env's
+    # instruction and each state it shows after an action, so the base learns how actions change the grid: a world
+    # model from random play, no skill)
+    loss_mask: str = "assistant"
     envs: List[str] = field(default_factory=list)  # envs whose scripted conversations it trains on; [] = envs.tags
     tokenizer_episodes: int = 64  # episodes per env (think and no-think) whose text trains the tokenizer
     episodes_per_env: int = 384  # supervised conversations per multi-turn env (single-turn envs: x max_turns)
@@ -298,6 +302,7 @@ def validate(config: Config) -> None:
         ranges[split] = (seed, seed + size)
     a = config.algo
     choices = {"model.source": (config.model.source, ("tiny", "hf")), "base.mode": (config.base.mode, ("warm", "sft")),
+               "base.loss_mask": (config.base.loss_mask, ("assistant", "all")),
                "filter.mode": (config.filter.mode, ("std", "std_rev", "nonzero")),
                "filter.within": (config.filter.within, ("all", "best_success")),
                "algo.advantage": (a.advantage, ("gae", "bilevel_gae", "grpo", "rft")),

@@ -6,8 +6,10 @@ solver demonstrations (BFS plans for Sokoban, the optimal action for FrozenLake,
 solution), for RAGEN's SFT-versus-RL comparison. Both are played through `rollout.run_episodes`, so the
 supervised sequences are built exactly as rollouts are (same template pieces, same tokens).
 
-Loss: token-mean negative log-likelihood over the response tokens of the batch,
-    L = - sum_{b,t} m[b,t] log pi(x[b,t] | x[b,<t]) / sum_{b,t} m[b,t],   m = sampled_mask.
+Loss: token-mean negative log-likelihood over the masked tokens of the batch,
+    L = - sum_{b,t} m[b,t] log pi(x[b,t] | x[b,<t]) / sum_{b,t} m[b,t],
+with m the response tokens (`base.loss_mask=assistant`) or every post-system token (`all`: the env's text too, so
+the model also learns to predict the state each action leads to).
 """
 
 from __future__ import annotations
@@ -106,9 +108,9 @@ def tag_weights(running: dict[str, float], family: dict[str, str]) -> list[float
 
 
 def train_supervised(model: PreTrainedModel, data: Sequence[Trajectory], *, pad_id: int, steps: int, batch_tokens: int,
-                     lr: float, warmup_steps: int, weight_decay: float, seed: int,
+                     lr: float, warmup_steps: int, weight_decay: float, seed: int, loss_mask: str = "assistant",
                      log: Callable[[int, dict[str, float]], None] | None = None) -> list[float]:
-    """Minimise the response-token NLL; each batch comes from one env tag (similar lengths, little padding).
+    """Minimise the NLL of the `loss_mask` tokens; each batch comes from one env tag (similar lengths, little padding).
 
     A batch holds about `batch_tokens` tokens: many short single-turn conversations (Bandit) or a few long
     multi-turn ones (Sokoban), so every step holds about as many tokens. The tag of each batch is drawn with probability
@@ -136,7 +138,7 @@ def train_supervised(model: PreTrainedModel, data: Sequence[Trajectory], *, pad_
         tag = tags[step] if step < len(tags) else rng.choices(tags, weights=tag_weights(running, family))[0]
         pool = by_tag[tag]
         batch = [pool[rng.randrange(len(pool))] for _ in range(batch_size[tag])]
-        rows = build_batch(batch, pad_id=pad_id, device=model.device)  # left padded; loss on sampled tokens
+        rows = build_batch(batch, pad_id=pad_id, device=model.device, loss_mask=loss_mask)  # left padded
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, steps=steps, warmup_steps=warmup_steps, lr=lr)
         # the rows of one tag share the system prompt and instruction: that prefix runs once (same values)

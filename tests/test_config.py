@@ -35,6 +35,7 @@ def write(tmp_path, text):
         ("model:\n  attn: flash\n", "model.attn: 'flash' is not one of auto, sdpa, eager"),
         ("model:\n  grid_tokens: chars\n", "model.grid_tokens: 'chars' is not one of bpe, cells"),
         ("filter:\n  within: best\n", "filter.within: 'best' is not one of all, best_success"),
+        ("base:\n  loss_mask: env\n", "base.loss_mask: 'env' is not one of assistant, all"),
         ("algo:\n  outcome: best_success\n  reward_placement: turn\n", "needs algo.reward_placement=last"),
         ("envs:\n  tags: [bandit]\nbase:\n  envs: [sokoban]\n", "base.envs: ['sokoban'] not in envs.tags"),
         ("base:\n  envs: [sokoban, sokoban]\n", "base.envs: duplicate tags in ['sokoban', 'sokoban']; name each"),
