@@ -118,9 +118,10 @@ def train_supervised(model: PreTrainedModel, data: Sequence[Trajectory], *, pad_
     first): each family (Bandit, Sokoban, FrozenLake, Countdown) gets steps by its mean loss, shared among its
     variants (sokoban, sokoban_large, sokoban_vocab) by theirs. So the envs that are harder to imitate (Countdown's
     number copying) get more of the steps, and three Sokoban variants do not take three shares. The rows of a
-    batch share the system prompt and the env's instruction: that prefix runs once per step, its keys and values
-    shared by all rows (`token_logprobs_shared_prefix`: the same loss and gradients as a full pass, at about half
-    the compute). Returns the loss per step.
+    batch share the system prompt and the env's instruction: the part of that prefix before the first loss token
+    (all of it under `assistant`, the system prompt under `all`) runs once per step, its keys and values shared by
+    all rows (`token_logprobs_shared_prefix`: the same loss and gradients as a full pass, at about half the compute
+    under `assistant`). Returns the loss per step.
     """
     by_tag: dict[str, list[Trajectory]] = {}
     for traj in data:
@@ -141,7 +142,7 @@ def train_supervised(model: PreTrainedModel, data: Sequence[Trajectory], *, pad_
         rows = build_batch(batch, pad_id=pad_id, device=model.device, loss_mask=loss_mask)  # left padded
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, steps=steps, warmup_steps=warmup_steps, lr=lr)
-        # the rows of one tag share the system prompt and instruction: that prefix runs once (same values)
+        # the rows of one tag share their prefix up to the first loss token: it runs once (same values)
         prefix_len = shareable_prefix(rows.input_ids, rows.attention_mask, rows.loss_mask)
         logprobs, _ = token_logprobs(model, rows.input_ids, rows.attention_mask, prefix_len=prefix_len)  # (B, T)
         loss = -(logprobs * rows.loss_mask).sum() / rows.loss_mask.sum().clamp(min=1)
