@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from ragen.batching import build_batch
 from ragen.config import RolloutConfig
 from ragen.policy import Policy, load_policy
 from ragen.policy.scoring import token_logprobs
@@ -77,7 +78,8 @@ def kernel_layer(policy: Policy, sequence: list[int]) -> dict[str, str]:
         out = policy.model(input_ids=ids[:, t : t + 1], past_key_values=out.past_key_values if out else None,
                            use_cache=True)
         stepped.append(out.logits[:, -1])
-    return {"matmul": digest(a @ b), "softmax": digest((a @ b).softmax(-1)), "logits_full": digest(full),
+    product = a @ b  # (256, 300)
+    return {"matmul": digest(product), "softmax": digest(product.softmax(-1)), "logits_full": digest(full),
             "logits_cached": digest(torch.stack(stepped, 1))}
 
 
@@ -86,7 +88,7 @@ def play(policy: Policy, bandit: int, sokoban: int) -> list[Trajectory]:
     cfg = RolloutConfig()
     specs = [EpisodeSpec("bandit", 7_000 + i // 8, i // 8) for i in range(bandit)]
     specs += [EpisodeSpec("sokoban", 8_000 + i // 4, 1_000 + i // 4) for i in range(sokoban)]
-    respond = policy_responder(policy, cfg, generator=torch.Generator().manual_seed(0))
+    respond = policy_responder(policy, cfg, generator=gen(0))
     return run_episodes(specs, respond, policy.renderer(cfg.enable_think), cfg,
                         max_positions=policy.model.config.max_position_embeddings)
 
@@ -102,19 +104,14 @@ def sampling_layer(trajectories: list[Trajectory]) -> dict[str, str]:
 
 def training_layer(policy: Policy, trajectories: list[Trajectory], steps: int = 3) -> dict[str, str]:
     """Trains a copy of the policy's model: the caller's weights stay as they were."""
-    rows = [list(t.token_ids) for t in trajectories]
-    width = max(map(len, rows))
-    pad = policy.tokenizer.pad_token_id
-    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])  # (B, T), left padded
-    attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])  # (B, T)
-    sampled = torch.tensor([[False] * (width - len(t.sampled_mask)) + list(t.sampled_mask) for t in trajectories])
+    rows = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"))  # left padded
     model = copy.deepcopy(policy.model).train()
     torch.manual_seed(0)  # dropout, if the model has any
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     losses = []
     for _ in range(steps):
-        logprobs, _ = token_logprobs(model, ids, attention)  # (B, T)
-        loss = -(logprobs * sampled).sum() / sampled.sum()
+        logprobs, _ = token_logprobs(model, rows.input_ids, rows.attention_mask)  # (B, T)
+        loss = -(logprobs * rows.loss_mask).sum() / rows.loss_mask.sum()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
