@@ -1,0 +1,56 @@
+"""bench/bench_overfit.py: variants start from the same weights and random stream; sft fits the solver's plays."""
+
+import pytest
+import torch
+
+import ragen.train as train_module
+from benchload import load_bench
+from ragen.policy import Policy
+from ragen.policy.model import build_tiny_model
+from ragen.policy.tokenizer import env_corpus, train_tokenizer
+from ragen.records import Trajectory
+
+bench_overfit = load_bench("bench_overfit")
+FAST = ["rollout.max_new_tokens=12", "rollout.max_turns=2"]
+POOL = [11, 12]
+
+
+@pytest.fixture(scope="module")
+def policy():
+    tokenizer = train_tokenizer(env_corpus(["sokoban"], episodes_per_env=8, seed=0), vocab_size=400)
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                             intermediate_size=64, max_positions=2048, seed=0)
+    return Policy(model.eval(), tokenizer)
+
+
+def test_success_per_instance_in_pool_order():
+    def played(seed, won):
+        return Trajectory(tag="sokoban", seed=seed, group_id=0, turns=(), env_return=0.0, penalty=0.0, shaping=0.0,
+                          success=won, num_actions=0, end_reason="turns", token_ids=(), sampled_mask=(),
+                          sampled_logprobs=(), system_len=0, turn_ends=())
+
+    batch = [played(12, True), played(11, False), played(12, False), played(11, False), played(12, True)]
+    assert bench_overfit.success_per_instance(batch, [11, 12]) == [0.0, pytest.approx(2 / 3)]
+
+
+def test_variants_share_step_one_and_leave_the_base_untouched(policy):
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    sft_cfg = bench_overfit.variant_config("sft", "sokoban", 2, 2, FAST)
+    sft = bench_overfit.run_sft(sft_cfg, policy, POOL, steps=3)
+    grpo = bench_overfit.run_rl(bench_overfit.variant_config("grpo", "sokoban", 2, 2, FAST), policy, POOL, steps=2)
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))  # each ran on a copy
+    assert train_module.collect.__module__ == "ragen.train"  # the recording wrapper is gone
+    assert sft.per_instance[0] == grpo.per_instance[0]  # step 1: the base on the same episodes
+    assert sft.diagnostics[0] == grpo.diagnostics[0]
+    assert len(grpo.per_instance) == 2 and len(grpo.per_instance[0]) == len(POOL)
+    assert "actor/entropy" in grpo.metrics[-1]
+    losses = [m["sft/loss"] for m in sft.metrics]
+    assert losses[-1] < losses[0]  # the supervised step fits the solver's plays
+    fresh = bench_overfit.run_sft(sft_cfg, policy, POOL, steps=2, source="sft_fresh")
+    assert fresh.metrics[0]["sft/loss"] == sft.metrics[0]["sft/loss"]  # step 1: the same plays, the same weights
+    assert fresh.metrics[1]["sft/loss"] != sft.metrics[1]["sft/loss"]  # step 2: the thoughts worded anew
+
+
+def test_unknown_variant_names_the_known_ones():
+    with pytest.raises(SystemExit, match="known: sft, sft_fresh, sft_own, starpo_s"):
+        bench_overfit.variant_config("ppo2", "sokoban", 2, 2, [])
