@@ -102,7 +102,8 @@ def success_per_instance(trajectories: list[Trajectory], pool: list[int]) -> lis
 
 def variant_config(name: str, env: str, instances: int, rollouts: int, overrides: list[str]) -> Config:
     if name not in VARIANTS:
-        raise SystemExit(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
+        raise SystemExit(f"unknown variant {name!r}; known: {', '.join(VARIANTS)} (key=value overrides go before "
+                         "--variants)")
     return load_config("params.yaml", [f"train.env={env}", f"train.groups={instances}",
                                        f"train.group_size={rollouts}", *COMMON, *VARIANTS[name], *overrides])
 
@@ -211,10 +212,9 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every variant")
     args = parser.parse_args()
-    unknown = [name for name in args.variants if name not in VARIANTS]
-    if unknown:  # before any training (an override after --variants lands here: put overrides first)
-        raise SystemExit(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)} (overrides go before "
-                         "--variants)")
+    # every variant's config first, so a misspelt name or key stops the run before any training
+    configs = {name: variant_config(name, args.env, args.instances, args.rollouts, args.overrides)
+               for name in args.variants}
     table = read_instances(args.envs_dir, args.env, "train", ["seed", "optimal_moves"])
     chosen = [(seed, moves) for seed, moves in zip(table["seed"], table["optimal_moves"])
               if moves is not None and moves <= args.max_moves][: args.instances]
@@ -230,8 +230,7 @@ def main() -> None:
           "its information on the instance (nats) | entropy | s/step |")
     print("|---|---|---|---|---|---|---|---|")
     curves = {}
-    for name in args.variants:
-        cfg = variant_config(name, args.env, args.instances, args.rollouts, args.overrides)
+    for name, cfg in configs.items():
         torch.manual_seed(cfg.train.seed)
         curves[name] = (run_sft(cfg, base, pool, args.steps, name) if name.startswith("sft")
                         else run_rl(cfg, base, pool, args.steps))
