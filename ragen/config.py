@@ -118,6 +118,8 @@ class CriticConfig:
     lr: float = 0.0001  # AdamW learning rate (RAGEN: 1e-5 for Qwen-0.5B; the tiny model needs more)
     warmup_epochs: int = 20  # passes over the filtered base rollouts in critic_fit
     value_clip: float = 0.5  # clip of V around the old value in the value loss
+    ppo_epochs: int = 0  # the critic's passes over each step's batch in update (verl critic.ppo_epochs); 0: as
+    #   many as the actor's (train.ppo_epochs). More passes fit the values of a batch the actor steps on once
 
 
 @dataclass
@@ -358,6 +360,9 @@ def validate(config: Config) -> None:
         raise ConfigError(f"eval.samples must be >= 1 (episodes per val or test instance), got {config.eval.samples}")
     if config.train.ppo_epochs < 1:
         raise ConfigError(f"train.ppo_epochs must be >= 1, got {config.train.ppo_epochs}")
+    if config.critic.ppo_epochs < 0:
+        raise ConfigError(f"critic.ppo_epochs must be >= 0 (0: as many as train.ppo_epochs), got "
+                          f"{config.critic.ppo_epochs}")
     if config.train.max_optimal_moves < 0:
         raise ConfigError(f"train.max_optimal_moves must be >= 0 (0: no limit), got {config.train.max_optimal_moves}")
     if not 0.0 < config.rollout.top_p <= 1.0 or config.rollout.temperature < 0 or config.rollout.top_k < 0:

@@ -58,7 +58,8 @@ def update_settings(cfg: Config) -> UpdateSettings:
         kl_loss={"loss_k1": "k1", "loss_k3": "k3"}.get(a.kl), kl_coef=a.kl_coef,
         kl_reward_coef=a.kl_coef if a.kl == "reward_k1" else 0.0, value_clip=cfg.critic.value_clip,
         aggregation=a.aggregation, mini_batch_size=cfg.train.mini_batch_size, epochs=cfg.train.ppo_epochs,
-        grad_clip=cfg.train.grad_clip, old_logprobs=a.old_logprobs, grpo_by_std=a.grpo_by_std)
+        critic_epochs=cfg.critic.ppo_epochs, grad_clip=cfg.train.grad_clip, old_logprobs=a.old_logprobs,
+        grpo_by_std=a.grpo_by_std)
 
 
 def step_specs(cfg: Config, pool: Sequence[int], step: int) -> list[EpisodeSpec]:

@@ -5,7 +5,9 @@
     actor loss: ppo_clip_loss(decoupled eps_low / eps_high) - entropy_coef * H  [+ kl_coef * KL(pi || pi_ref)]
     critic loss: value_loss with value clip
 Mini-batches of `mini_batch_size` trajectories, one optimizer step each, `epochs` passes over the batch in the same
-order (RAGEN: 32 trajectories, ppo_epochs 1, no shuffle);
+order (RAGEN: 32 trajectories, ppo_epochs 1, no shuffle); the critic takes `critic_epochs` passes (verl's
+critic.ppo_epochs; 0: as many as the actor), in the same mini-batch loop, so its passes beyond the actor's run after
+them;
 gradients clipped to `grad_clip`; a non-finite gradient norm skips the optimizer step and is counted.
 Old log-probs (and values) are re-scored before the first step (`score_batch`), as in RAGEN, but on the very token
 ids that were sampled (RAGEN re-tokenises text); `actor/sampler_logprob_gap` reports the largest difference from the
@@ -47,6 +49,7 @@ class UpdateSettings:
     mini_batch_size: int
     grad_clip: float
     epochs: int = 1  # passes over the batch (RAGEN / verl ppo_epochs)
+    critic_epochs: int = 0  # the critic's passes over the batch; 0: `epochs`
     kl_reward_coef: float = 0.0  # beta of a k1 KL folded into the token rewards before the advantages (reward_k1)
     share_prefix: bool = True  # run the rows' common prompt prefix once (same values); False: every row whole
     old_logprobs: str = "rescore"  # rescore (a no-grad pass before the first step, RAGEN) | sampler (the rollout's own)
@@ -163,37 +166,41 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
         stats.setdefault(name, []).append(value)
 
     size = batch.input_ids.shape[0]
+    critic_epochs = s.critic_epochs or s.epochs
     policy.train()
-    for start in list(range(0, size, s.mini_batch_size)) * s.epochs:  # each pass in the same order
-        rows = slice(start, start + s.mini_batch_size)
-        ids, att, m = batch.input_ids[rows], batch.attention_mask[rows], mask[rows]
-        mini_prefix = _prefix_len(s, ids, att, m)
-        if critic is not None:
-            critic.train()
-            values = token_values(critic, ids, att, prefix_len=mini_prefix)
-            v_loss, v_stats = value_loss(values, old_values[rows], returns[rows], m, clip=s.value_clip,
-                                         aggregation=s.aggregation)
-            grad_norm, taken = _step(critic_opt, critic.parameters(), v_loss, s.grad_clip)
-            for k, v in v_stats.items():
-                add(f"critic/{k}", v)
-            add("critic/grad_norm", grad_norm)
-            add("critic/explained_var", explained_variance(old_values[rows], returns[rows], m))
-            add("critic/skipped_steps", float(not taken))
-        logprobs, entropy = token_logprobs(policy, ids, att, with_entropy=True, prefix_len=mini_prefix)
-        pg_loss, pg_stats = ppo_clip_loss(logprobs, old_logprobs[rows], advantages[rows], m, eps_low=s.eps_low,
-                                          eps_high=s.eps_high, dual_clip=s.dual_clip, aggregation=s.aggregation)
-        entropy_mean = masked_mean(entropy, m)
-        loss = pg_loss - s.entropy_coef * entropy_mean
-        if s.kl_loss is not None and ref_logprobs is not None:
-            kl = masked_mean(kl_penalty(logprobs, ref_logprobs[rows], s.kl_loss), m)
-            loss = loss + s.kl_coef * kl
-            add("actor/kl_loss", kl.item())
-        grad_norm, taken = _step(actor_opt, policy.parameters(), loss, s.grad_clip)
-        for k, v in pg_stats.items():
-            add(f"actor/{k}", v)
-        add("actor/entropy", entropy_mean.item())
-        add("actor/grad_norm", grad_norm)
-        add("actor/skipped_steps", float(not taken))
+    for epoch in range(max(s.epochs, critic_epochs if critic is not None else 0)):
+        for start in range(0, size, s.mini_batch_size):  # each pass in the same order
+            rows = slice(start, start + s.mini_batch_size)
+            ids, att, m = batch.input_ids[rows], batch.attention_mask[rows], mask[rows]
+            mini_prefix = _prefix_len(s, ids, att, m)
+            if critic is not None and epoch < critic_epochs:
+                critic.train()
+                values = token_values(critic, ids, att, prefix_len=mini_prefix)
+                v_loss, v_stats = value_loss(values, old_values[rows], returns[rows], m, clip=s.value_clip,
+                                             aggregation=s.aggregation)
+                grad_norm, taken = _step(critic_opt, critic.parameters(), v_loss, s.grad_clip)
+                for k, v in v_stats.items():
+                    add(f"critic/{k}", v)
+                add("critic/grad_norm", grad_norm)
+                add("critic/explained_var", explained_variance(old_values[rows], returns[rows], m))
+                add("critic/skipped_steps", float(not taken))
+            if epoch >= s.epochs:  # the critic's extra passes
+                continue
+            logprobs, entropy = token_logprobs(policy, ids, att, with_entropy=True, prefix_len=mini_prefix)
+            pg_loss, pg_stats = ppo_clip_loss(logprobs, old_logprobs[rows], advantages[rows], m, eps_low=s.eps_low,
+                                              eps_high=s.eps_high, dual_clip=s.dual_clip, aggregation=s.aggregation)
+            entropy_mean = masked_mean(entropy, m)
+            loss = pg_loss - s.entropy_coef * entropy_mean
+            if s.kl_loss is not None and ref_logprobs is not None:
+                kl = masked_mean(kl_penalty(logprobs, ref_logprobs[rows], s.kl_loss), m)
+                loss = loss + s.kl_coef * kl
+                add("actor/kl_loss", kl.item())
+            grad_norm, taken = _step(actor_opt, policy.parameters(), loss, s.grad_clip)
+            for k, v in pg_stats.items():
+                add(f"actor/{k}", v)
+            add("actor/entropy", entropy_mean.item())
+            add("actor/grad_norm", grad_norm)
+            add("actor/skipped_steps", float(not taken))
     policy.eval()
     if critic is not None:
         critic.eval()

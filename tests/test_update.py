@@ -269,3 +269,25 @@ def test_an_update_favours_the_rollouts_that_scored_higher(setup, advantage):
     assert change[0] > 0 and change[4] > 0, change  # the best of each group gained likelihood
     assert change[3] < 0 and change[7] < 0, change  # the worst lost it
     assert change[0] - change[3] > 0 and change[4] - change[7] > 0
+
+
+def test_critic_epochs_give_the_critic_more_passes_than_the_actor(setup):
+    """critic_epochs 3, epochs 1, mini-batches of 4 over 8 trajectories: the critic takes 2 x 3 optimizer steps,
+    the actor 2, and the actor's steps are those of a one-pass update (the critic's extra passes run after them
+    and the advantages were scored before any step)."""
+    policy, trajectories = setup
+    batch = spread_batch(policy, trajectories)
+    runs = {}
+    for critic_epochs in (0, 3):
+        model = small_model(policy.tokenizer)
+        critic = build_critic(model)
+        actor_opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
+        update(model, critic, actor_opt, critic_opt, batch, settings(critic_epochs=critic_epochs))
+        steps = {name: int(next(iter(opt.state.values()))["step"]) for name, opt in
+                 (("actor", actor_opt), ("critic", critic_opt))}
+        runs[critic_epochs] = steps, [p.detach().clone() for p in model.parameters()], critic.score.weight.clone()
+    assert runs[0][0] == {"actor": 2, "critic": 2}
+    assert runs[3][0] == {"actor": 2, "critic": 6}
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[3][1]))
+    assert not torch.equal(runs[0][2], runs[3][2])
