@@ -23,7 +23,8 @@ train.lr, train.weight_decay, train.grad_clip and rollout.*). Prints per variant
 success over the first and the last 5 steps, per instance over the last 5 (in pool order, with each instance's
 optimal moves in the header), the first action's top share and its information on the instance over the last 5 steps
 (`ragen.diagnostics.action_dependence`: a policy that reads the puzzle opens differently on different instances),
-the actor's entropy and the seconds per step.
+the actor's entropy, the critic's explained variance over the last 5 steps (variants with a critic) and the seconds
+per step.
 """
 
 from __future__ import annotations
@@ -195,9 +196,10 @@ def summary_row(name: str, curve: Curve, window: int = 5) -> str:
     top = mean([d.get("first_action_top_share", float("nan")) for d in curve.diagnostics[-window:]])
     info = mean([d.get("first_action_mi", float("nan")) for d in curve.diagnostics[-window:]])
     entropy = mean([m["actor/entropy"] for m in curve.metrics[-window:] if "actor/entropy" in m])
+    explained = [m["critic/explained_var"] for m in curve.metrics[-window:] if "critic/explained_var" in m]
     return (f"| {name} | {mean([mean(r) for r in first]):.3f} | {mean([mean(r) for r in last]):.3f} | "
             f"{' '.join(f'{s:.2f}' for s in per_instance)} | {top:.2f} | {info:+.3f} | {entropy:.3f} | "
-            f"{curve.seconds / steps:.1f} |")
+            f"{f'{mean(explained):+.2f}' if explained else '-'} | {curve.seconds / steps:.1f} |")
 
 
 def main() -> None:
@@ -227,8 +229,8 @@ def main() -> None:
           f"{' '.join(str(m) for _, m in chosen)}) x {args.rollouts} rollouts a step | {args.steps} steps | "
           f"base {args.base} | common {' '.join(COMMON + args.overrides)}")
     print("| variant | success, steps 1-5 | last 5 | per instance, last 5 | first action top share | "
-          "its information on the instance (nats) | entropy | s/step |")
-    print("|---|---|---|---|---|---|---|---|")
+          "its information on the instance (nats) | entropy | critic's explained variance | s/step |")
+    print("|---|---|---|---|---|---|---|---|---|")
     curves = {}
     for name, cfg in configs.items():
         torch.manual_seed(cfg.train.seed)

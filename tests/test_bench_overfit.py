@@ -54,3 +54,18 @@ def test_variants_share_step_one_and_leave_the_base_untouched(policy):
 def test_unknown_variant_names_the_known_ones():
     with pytest.raises(SystemExit, match="known: sft, sft_fresh, sft_own, starpo_s"):
         bench_overfit.variant_config("ppo2", "sokoban", 2, 2, [])
+
+
+def test_summary_row_reads_the_last_steps_and_the_critic_only_where_there_is_one():
+    def curve(metrics):
+        c = bench_overfit.Curve(per_instance=[[0.0, 0.5], [1.0, 0.5], [1.0, 1.0]], seconds=6.0)
+        c.diagnostics = [{"first_action_top_share": 0.5, "first_action_mi": 0.1}] * 3
+        c.metrics = metrics
+        return c
+
+    with_critic = curve([{"actor/entropy": 0.3, "critic/explained_var": v} for v in (0.1, 0.2, 0.6)])
+    cells = [c.strip() for c in bench_overfit.summary_row("starpo_s", with_critic, window=2).split("|")[1:-1]]
+    # success: first 2 steps (0.25, 0.75) -> 0.5; last 2 (0.75, 1.0) -> 0.875; per instance over the last 2
+    assert cells == ["starpo_s", "0.500", "0.875", "1.00 0.75", "0.50", "+0.100", "0.300", "+0.40", "2.0"]
+    without = bench_overfit.summary_row("grpo", curve([{"actor/entropy": 0.3}] * 3), window=2)
+    assert without.split("|")[-3].strip() == "-"
