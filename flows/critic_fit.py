@@ -26,7 +26,7 @@ from ragen.policy.scoring import shareable_prefix, token_values
 from ragen.tracking import MlflowTracker
 from ragen.train import return_batch, select
 from ragen.trajectory_io import read_scores, read_trajectories
-from ragen.update import uses_critic
+from ragen.update import fit_values, uses_critic
 
 
 @flow(name="critic_fit")
@@ -48,27 +48,16 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
         batch = return_batch(cfg, policy, kept, scores)
         targets = value_targets(batch.token_rewards, batch.loss_mask, batch.turn_end_mask, advantage=cfg.algo.advantage,
                                 gamma=cfg.algo.gamma, turn_gamma=cfg.algo.turn_gamma)  # (B, T)
-        mask, size = batch.loss_mask, cfg.train.mini_batch_size
-        critic.train()
-        for epoch in range(cfg.critic.warmup_epochs):
-            losses = []
-            for start in range(0, batch.input_ids.shape[0], size):
-                rows = slice(start, start + size)
-                ids, att = batch.input_ids[rows], batch.attention_mask[rows]
-                values = token_values(critic, ids, att, prefix_len=shareable_prefix(ids, att, mask[rows]))
-                m = mask[rows].float()
-                loss = 0.5 * (((values - targets[rows]) ** 2) * m).sum() / m.sum().clamp(min=1)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.train.grad_clip)
-                optimizer.step()
-                losses.append(loss.item())
-            tracker.log_metrics({"critic_fit/value_loss": sum(losses) / len(losses)}, step=epoch)
-        critic.eval()
+        losses = fit_values(critic, optimizer, batch, targets, epochs=cfg.critic.warmup_epochs,
+                            mini_batch_size=cfg.train.mini_batch_size, grad_clip=cfg.train.grad_clip)
+        for epoch, loss in enumerate(losses):
+            tracker.log_metrics({"critic_fit/value_loss": loss}, step=epoch)
+        mask = batch.loss_mask
         with torch.no_grad():
             values = token_values(critic, batch.input_ids, batch.attention_mask,
                                   prefix_len=shareable_prefix(batch.input_ids, batch.attention_mask, mask))
-        metrics = {"critic_fit/value_loss": sum(losses) / len(losses),
+        metrics = {"critic_fit/value_loss": losses[-1] if losses else  # warmup_epochs 0: the zero head's loss
+                   float(0.5 * ((values - targets) ** 2 * mask).sum() / mask.sum().clamp(min=1)),
                    "critic_fit/explained_var": explained_variance(values, targets, mask)}
         save_model(critic, out_dir, meta={"critic": "warm", "trajectories": len(trajectories)})
         tracker.log_metrics(metrics)

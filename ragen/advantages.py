@@ -157,6 +157,28 @@ def compute_grpo_advantages(traj_returns: torch.Tensor, group_ids: torch.Tensor,
     return advantages, advantages
 
 
+def group_mean_values(returns: torch.Tensor, group_ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """GRPO's baseline written as a value on every token: the mean over a trajectory's group of its members' returns
+    from their first trained token, the yardstick a critic of grouped rollouts has to beat.
+
+        b_i = mean_{j in g(i)} G_{j, t0(j)},   V^grp_{i,t} = b_i on masked tokens of i, 0 elsewhere
+    where t0(j) is j's first masked token. With gamma = lam = 1 and the return on the last token G_{j,t} = R_j on
+    every token, so 1 - Var[G - V^grp] / Var[G] is the share of the return variance that lies between groups.
+
+    Args:
+        returns: (B, T) value targets. group_ids: (B,) group of each trajectory. loss_mask: (B, T) bool.
+    Returns:
+        (B, T) the group-mean value, zero outside the mask.
+    """
+    first = loss_mask.float().argmax(dim=1, keepdim=True)  # (B, 1) the first masked token (0 if none)
+    start = returns.gather(1, first).squeeze(1).float()  # (B,)
+    groups, index = torch.unique(group_ids, return_inverse=True)  # index: (B,)
+    sums = torch.zeros(len(groups), device=start.device).index_add_(0, index, start)  # (G,)
+    counts = torch.zeros(len(groups), device=start.device).index_add_(0, index, torch.ones_like(start))  # (G,)
+    baseline = (sums / counts)[index]  # (B,)
+    return baseline[:, None] * loss_mask  # (B, T)
+
+
 def compute_rft_advantages(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rejection-sampling fine-tuning as a policy gradient (RAFT, ReST-EM; not part of RAGEN): A_t = 1 on every
     trained token of every kept trajectory.

@@ -360,6 +360,9 @@ def validate(config: Config) -> None:
         raise ConfigError(f"eval.samples must be >= 1 (episodes per val or test instance), got {config.eval.samples}")
     if config.train.ppo_epochs < 1:
         raise ConfigError(f"train.ppo_epochs must be >= 1, got {config.train.ppo_epochs}")
+    if config.critic.warmup_epochs < 0:
+        raise ConfigError(f"critic.warmup_epochs must be >= 0 (0: the critic starts unwarmed, a zero value head), got "
+                          f"{config.critic.warmup_epochs}")
     if config.critic.ppo_epochs < 0:
         raise ConfigError(f"critic.ppo_epochs must be >= 0 (0: as many as train.ppo_epochs), got "
                           f"{config.critic.ppo_epochs}")

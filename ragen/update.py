@@ -26,7 +26,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ragen.advantages import (compute_bilevel_gae, compute_gae, compute_grpo_advantages, compute_rft_advantages,
-                              masked_mean, whiten)
+                              group_mean_values, masked_mean, whiten)
 from ragen.batching import RolloutBatch
 from ragen.losses import explained_variance, kl_penalty, ppo_clip_loss, value_loss
 from ragen.policy.scoring import shareable_prefix, token_logprobs, token_values
@@ -146,6 +146,35 @@ def score_batch(policy: PreTrainedModel, critic: PreTrainedModel | None, batch: 
     return ScoredBatch(old_logprobs, old_values, advantages, returns, gap)
 
 
+def fit_values(critic: PreTrainedModel, optimizer: torch.optim.Optimizer, batch: RolloutBatch, targets: torch.Tensor,
+               *, epochs: int, mini_batch_size: int, grad_clip: float) -> list[float]:
+    """Warm a critic up: regress V_t onto fixed Monte Carlo targets for `epochs` passes (stage critic_fit).
+
+        L = 0.5 * sum_{b,t} m[b,t] (V(x_<t) - G[b,t])^2 / sum_{b,t} m[b,t]
+    per mini-batch of `mini_batch_size` rows, in order, with no value clip (there is no old critic to stay near).
+    `targets` (B, T) come from `ragen.advantages.value_targets`. Returns each pass's mean mini-batch loss.
+    """
+    mask = batch.loss_mask  # (B, T)
+    losses = []
+    critic.train()
+    for _ in range(epochs):
+        passes = []
+        for start in range(0, batch.input_ids.shape[0], mini_batch_size):
+            rows = slice(start, start + mini_batch_size)
+            ids, att = batch.input_ids[rows], batch.attention_mask[rows]
+            values = token_values(critic, ids, att, prefix_len=shareable_prefix(ids, att, mask[rows]))  # (b, T)
+            m = mask[rows].float()
+            loss = 0.5 * (((values - targets[rows]) ** 2) * m).sum() / m.sum().clamp(min=1)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(critic.parameters(), grad_clip)
+            optimizer.step()
+            passes.append(loss.item())
+        losses.append(sum(passes) / len(passes))
+    critic.eval()
+    return losses
+
+
 def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: torch.optim.Optimizer,
            critic_opt: torch.optim.Optimizer | None, batch: RolloutBatch, settings: UpdateSettings, *,
            ref_logprobs: torch.Tensor | None = None, scored: ScoredBatch | None = None) -> dict[str, float]:
@@ -167,6 +196,7 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
 
     size = batch.input_ids.shape[0]
     critic_epochs = s.critic_epochs or s.epochs
+    group_values = group_mean_values(returns, batch.group_ids, mask) if critic is not None else None  # (B, T)
     policy.train()
     for epoch in range(max(s.epochs, critic_epochs if critic is not None else 0)):
         for start in range(0, size, s.mini_batch_size):  # each pass in the same order
@@ -183,6 +213,7 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
                     add(f"critic/{k}", v)
                 add("critic/grad_norm", grad_norm)
                 add("critic/explained_var", explained_variance(old_values[rows], returns[rows], m))
+                add("critic/explained_var_group_mean", explained_variance(group_values[rows], returns[rows], m))
                 add("critic/skipped_steps", float(not taken))
             if epoch >= s.epochs:  # the critic's extra passes
                 continue

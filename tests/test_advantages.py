@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from ragen.advantages import (compute_bilevel_gae, compute_gae, compute_grpo_advantages, compute_rft_advantages,
-                              masked_mean, normalization_groups, normalize_returns, place_rewards, value_targets,
-                              whiten)
+                              group_mean_values, masked_mean, normalization_groups, normalize_returns, place_rewards,
+                              value_targets, whiten)
+from ragen.losses import explained_variance
 
 
 def test_gae_with_gamma_lambda_one_is_return_minus_value():
@@ -78,6 +79,33 @@ def test_grpo_without_std_by_hand():
     assert torch.allclose(adv, expected, atol=1e-5) and torch.equal(adv, ret)
     scaled, _ = compute_grpo_advantages(returns, groups, mask)
     assert scaled[0, 0] == pytest.approx(0.3 / 0.26458, abs=1e-3)  # unbiased std of group 0: sqrt(0.07)
+
+
+def test_group_mean_values_by_hand():
+    # returns from each trajectory's first masked token: group 0 -> 1 (row 0), 3 (row 1, its first masked token is
+    # t=1), 2 (row 2): mean 2; group 1 -> 10, 0: mean 5. Row 1's t=0 is unmasked (its 7 is not a start)
+    returns = torch.tensor([[1.0, 1.0, 0.5], [7.0, 3.0, 3.0], [2.0, 2.0, 2.0], [10.0, 10.0, 10.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, True], [False, True, True], [True, True, False], [True, True, True],
+                         [True, True, True]])
+    groups = torch.tensor([4, 4, 4, 9, 9])
+    values = group_mean_values(returns, groups, mask)
+    expected = torch.tensor([[2.0, 2.0, 2.0], [0.0, 2.0, 2.0], [2.0, 2.0, 0.0], [5.0, 5.0, 5.0], [5.0, 5.0, 5.0]])
+    assert torch.equal(values, expected)
+
+
+def test_group_mean_values_explain_the_between_group_share():
+    # returns constant along each trajectory: group 0 -> 0, 2 (mean 1), group 1 -> 4, 6 (mean 5). Total variance
+    # around the grand mean 3 is (9 + 1 + 1 + 9) = 20 (x 3 tokens), the within-group residuals +-1 give 4 (x 3):
+    # unbiased variances over 12 tokens are 60/11 and 12/11, so the explained share is 1 - 12/60 = 0.8
+    returns = torch.tensor([0.0, 2.0, 4.0, 6.0])[:, None].expand(4, 3).clone()
+    mask = torch.ones(4, 3, dtype=torch.bool)
+    values = group_mean_values(returns, torch.tensor([0, 0, 1, 1]), mask)
+    assert explained_variance(values, returns, mask) == pytest.approx(0.8)
+    # a group per trajectory explains everything; one group for all explains nothing
+    assert explained_variance(group_mean_values(returns, torch.tensor([0, 1, 2, 3]), mask), returns,
+                              mask) == pytest.approx(1.0)
+    assert explained_variance(group_mean_values(returns, torch.zeros(4, dtype=torch.long), mask), returns,
+                              mask) == pytest.approx(0.0, abs=1e-6)
 
 
 def test_rft_is_one_on_every_trained_token():

@@ -41,6 +41,7 @@ def write(tmp_path, text):
         ("base:\n  envs: [sokoban, sokoban]\n", "base.envs: duplicate tags in ['sokoban', 'sokoban']; name each"),
         ("eval:\n  samples: 0\n", "eval.samples must be >= 1"),
         ("critic:\n  ppo_epochs: -1\n", "critic.ppo_epochs must be >= 0"),
+        ("critic:\n  warmup_epochs: -2\n", "critic.warmup_epochs must be >= 0"),
         ("algo:\n  reward_norm_grouping: group\n",
          "algo.reward_norm_grouping: 'group' is not one of state, inductive, batch"),
         ("algo:\n  old_logprobs: vllm\n", "algo.old_logprobs: 'vllm' is not one of rescore, sampler"),

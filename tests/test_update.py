@@ -14,7 +14,7 @@ from ragen.policy.scoring import shareable_prefix, token_logprobs
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.records import EpisodeSpec
 from ragen.rollout import policy_responder, run_episodes
-from ragen.update import UpdateSettings, score_batch, update, uses_critic
+from ragen.update import UpdateSettings, fit_values, score_batch, update, uses_critic
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +63,13 @@ def test_two_ppo_steps_change_the_weights(setup, loss_mask, advantage):
     critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
     for _ in range(2):
         stats = update(model, critic, actor_opt, critic_opt, batch, settings(advantage))
-        assert all(torch.isfinite(torch.tensor(v)) for k, v in stats.items() if k != "critic/explained_var")
+        assert all(torch.isfinite(torch.tensor(v)) for k, v in stats.items() if not k.startswith("critic/explained"))
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert not torch.equal(critic_before, critic.score.weight)
     assert stats["actor/skipped_steps"] == 0
     assert {"actor/pg_loss", "actor/clipfrac_high", "actor/clipfrac_low", "actor/approx_kl", "actor/entropy",
-            "actor/grad_norm", "critic/value_loss", "critic/explained_var"} <= set(stats)
+            "actor/grad_norm", "critic/value_loss", "critic/explained_var",
+            "critic/explained_var_group_mean"} <= set(stats)
 
 
 def test_rft_update_makes_the_kept_episodes_more_likely(setup):
@@ -291,3 +292,20 @@ def test_critic_epochs_give_the_critic_more_passes_than_the_actor(setup):
     assert runs[3][0] == {"actor": 2, "critic": 6}
     assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[3][1]))
     assert not torch.equal(runs[0][2], runs[3][2])
+
+
+def test_fit_values_regresses_the_critic_onto_fixed_targets(setup):
+    """The warm-up's first loss is that of a zero value head, 0.5 * mean of G^2 over the masked tokens (one
+    mini-batch over all 8 rows); later passes lower it; no pass, no step."""
+    policy, trajectories = setup
+    batch = spread_batch(policy, trajectories)
+    targets = torch.linspace(-1, 1, len(trajectories))[:, None] * batch.loss_mask  # (B, T)
+    critic = build_critic(small_model(policy.tokenizer))
+    optimizer = torch.optim.AdamW(critic.parameters(), lr=1e-2)
+    assert fit_values(critic, optimizer, batch, targets, epochs=0, mini_batch_size=8, grad_clip=1.0) == []
+    assert not optimizer.state
+    losses = fit_values(critic, optimizer, batch, targets, epochs=5, mini_batch_size=8, grad_clip=1.0)
+    m = batch.loss_mask.float()
+    assert losses[0] == pytest.approx(float(0.5 * (targets ** 2 * m).sum() / m.sum()), rel=1e-5)
+    assert len(losses) == 5 and losses[-1] < 0.7 * losses[0]
+    assert not critic.training and int(next(iter(optimizer.state.values()))["step"]) == 5
