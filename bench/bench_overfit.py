@@ -2,7 +2,8 @@
 solver's plays of the same instances, from the same base weights.
 
     python bench/bench_overfit.py [--env sokoban] [--instances 8] [--max-moves 4] [--rollouts 8] [--steps 60]
-                                  [--base models/base] [key=value ...] [--variants sft starpo_s grpo ...]
+                                  [--base models/base] [--critic-warmup] [key=value ...]
+                                  [--variants sft starpo_s grpo ...]
 
 Needs `dvc repro base` (data/envs, models/base). The learner's sanity check before asking it to generalise: the
 first `--instances` train-pool instances whose solver plan takes at most `--max-moves` moves, the same ones every
@@ -14,8 +15,9 @@ demonstrations), held fixed; `sft_fresh` on the same plays with the wording of t
 (the sequences change from step to step, as sampled ones do, while the actions stay the solver's); `sft_own` on the
 base's own best success of each instance among its rollouts of the first 3 steps, held fixed. Every variant starts
 from its own copy of the base (a critic, where the variant uses one, starts as the base with a zero value head and
-learns in the loop) and plays step k's rollouts from the same random stream, so step 1 is the base on the same
-episodes for all of them.
+learns in the loop; with `--critic-warmup` it is first warmed as stage critic_fit warms it, on the filtered step-1
+rollouts) and plays step k's rollouts from the same random stream, so step 1 is the base on the same episodes for
+all of them.
 
 The key=value overrides apply to every variant, after the common settings (train.lr 1e-3, mini-batches of 32,
 format penalty -1: the knobs of bench/RESULTS.md's GRPO runs) and the variant's own (the sft variants read
@@ -23,32 +25,36 @@ train.lr, train.weight_decay, train.grad_clip and rollout.*). Prints per variant
 success over the first and the last 5 steps, per instance over the last 5 (in pool order, with each instance's
 optimal moves in the header), the first action's top share and its information on the instance over the last 5 steps
 (`ragen.diagnostics.action_dependence`: a policy that reads the puzzle opens differently on different instances),
-the actor's entropy, the critic's explained variance over the last 5 steps (variants with a critic) and the seconds
-per step.
+the actor's entropy, the critic's explained variance over the last 5 steps next to that of GRPO's baseline, the group
+mean, on the same batches (`critic/explained_var_group_mean`; variants with a critic) and the seconds per step.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import torch
+from transformers import PreTrainedModel
 
 from flows.common import read_instances
+from ragen.advantages import group_mean_values, value_targets
 from ragen.batching import build_batch
 from ragen.config import Config, load_config
 from ragen.diagnostics import action_dependence
 from ragen.filters import best_success_per_group
+from ragen.losses import explained_variance
 from ragen.policy import Policy, load_policy
 from ragen.policy.model import build_critic
-from ragen.policy.scoring import token_logprobs
+from ragen.policy.scoring import token_logprobs, token_values
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import run_episodes
-from ragen.train import Learner, train_step
-from ragen.update import uses_critic
+from ragen.train import Learner, return_batch, select, train_step
+from ragen.update import fit_values, uses_critic
 from ragen.warmstart import scripted_responder
 import ragen.train as train_module
 
@@ -166,9 +172,40 @@ def run_sft(cfg: Config, base: Policy, pool: list[int], steps: int, source: str 
     return curve
 
 
-def run_rl(cfg: Config, base: Policy, pool: list[int], steps: int) -> Curve:
+def warm_critic(cfg: Config, policy: Policy, critic: PreTrainedModel, pool: list[int]) -> dict[str, float]:
+    """Stage critic_fit on the overfit pool: `critic.warmup_epochs` passes over the base's step-1 rollouts as the
+    filter keeps them (the same episodes step 1 then plays), with an optimizer of its own. Returns the critic's
+    explained variance on those rollouts (`fitted`) and on the base's step-2 rollouts (`next`), each beside that of
+    GRPO's baseline, the group mean (`*_group_mean`): does the warm-up learn values that carry to other episodes?"""
+    batches = []
+    for step in (0, 1):
+        kept, scores, _ = select(cfg, train_module.collect(cfg, policy, pool, step))
+        batch = return_batch(cfg, policy, kept, scores)
+        targets = value_targets(batch.token_rewards, batch.loss_mask, batch.turn_end_mask,
+                                advantage=cfg.algo.advantage, gamma=cfg.algo.gamma,
+                                turn_gamma=cfg.algo.turn_gamma)  # (B, T)
+        batches.append((batch, targets))
+    optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr, weight_decay=cfg.train.weight_decay)
+    fit_values(critic, optimizer, *batches[0], epochs=cfg.critic.warmup_epochs,
+               mini_batch_size=cfg.train.mini_batch_size, grad_clip=cfg.train.grad_clip)
+    out = {}
+    for name, (batch, targets) in zip(("fitted", "next"), batches):
+        with torch.no_grad():
+            values = token_values(critic, batch.input_ids, batch.attention_mask)  # (B, T)
+        out[name] = explained_variance(values, targets, batch.loss_mask)
+        out[f"{name}_group_mean"] = explained_variance(group_mean_values(targets, batch.group_ids, batch.loss_mask),
+                                                       targets, batch.loss_mask)
+    return out
+
+
+def run_rl(cfg: Config, base: Policy, pool: list[int], steps: int, critic_warmup: bool = False) -> Curve:
     policy = Policy(copy.deepcopy(base.model), base.tokenizer)
     critic = build_critic(policy.model).eval() if uses_critic(cfg.algo.advantage) else None
+    if critic is not None and critic_warmup:
+        ev = warm_critic(cfg, policy, critic, pool)
+        print(f"# critic warmed up: {cfg.critic.warmup_epochs} passes at lr {cfg.critic.lr:g}, explained variance "
+              f"{ev['fitted']:+.3f} on the rollouts it fitted (group mean {ev['fitted_group_mean']:+.3f}), "
+              f"{ev['next']:+.3f} on the base's next ones (group mean {ev['next_group_mean']:+.3f})", flush=True)
     learner = Learner(policy, critic, None,
                       torch.optim.AdamW(policy.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay),
                       torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr, weight_decay=cfg.train.weight_decay)
@@ -196,10 +233,12 @@ def summary_row(name: str, curve: Curve, window: int = 5) -> str:
     top = mean([d.get("first_action_top_share", float("nan")) for d in curve.diagnostics[-window:]])
     info = mean([d.get("first_action_mi", float("nan")) for d in curve.diagnostics[-window:]])
     entropy = mean([m["actor/entropy"] for m in curve.metrics[-window:] if "actor/entropy" in m])
-    explained = [m["critic/explained_var"] for m in curve.metrics[-window:] if "critic/explained_var" in m]
+    explained, by_group = ([m[key] for m in curve.metrics[-window:] if not math.isnan(m.get(key, math.nan))]
+                           for key in ("critic/explained_var", "critic/explained_var_group_mean"))
+    critic = f"{mean(explained):+.2f} / {mean(by_group):+.2f}" if explained else "-"
     return (f"| {name} | {mean([mean(r) for r in first]):.3f} | {mean([mean(r) for r in last]):.3f} | "
             f"{' '.join(f'{s:.2f}' for s in per_instance)} | {top:.2f} | {info:+.3f} | {entropy:.3f} | "
-            f"{f'{mean(explained):+.2f}' if explained else '-'} | {curve.seconds / steps:.1f} |")
+            f"{critic} | {curve.seconds / steps:.1f} |")
 
 
 def main() -> None:
@@ -212,6 +251,8 @@ def main() -> None:
     parser.add_argument("--base", default="models/base")
     parser.add_argument("--envs-dir", default="data/envs")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    parser.add_argument("--critic-warmup", action="store_true",
+                        help="warm each critic up first, as stage critic_fit does (critic.warmup_epochs passes)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every variant")
     args = parser.parse_args()
     # every variant's config first, so a misspelt name or key stops the run before any training
@@ -229,13 +270,13 @@ def main() -> None:
           f"{' '.join(str(m) for _, m in chosen)}) x {args.rollouts} rollouts a step | {args.steps} steps | "
           f"base {args.base} | common {' '.join(COMMON + args.overrides)}")
     print("| variant | success, steps 1-5 | last 5 | per instance, last 5 | first action top share | "
-          "its information on the instance (nats) | entropy | critic's explained variance | s/step |")
+          "its information on the instance (nats) | entropy | explained variance: critic / group mean | s/step |")
     print("|---|---|---|---|---|---|---|---|---|")
     curves = {}
     for name, cfg in configs.items():
         torch.manual_seed(cfg.train.seed)
         curves[name] = (run_sft(cfg, base, pool, args.steps, name) if name.startswith("sft")
-                        else run_rl(cfg, base, pool, args.steps))
+                        else run_rl(cfg, base, pool, args.steps, args.critic_warmup))
         print(summary_row(name, curves[name]), flush=True)
     print("\nsuccess by step:")
     for name, curve in curves.items():

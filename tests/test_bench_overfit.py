@@ -63,9 +63,31 @@ def test_summary_row_reads_the_last_steps_and_the_critic_only_where_there_is_one
         c.metrics = metrics
         return c
 
-    with_critic = curve([{"actor/entropy": 0.3, "critic/explained_var": v} for v in (0.1, 0.2, 0.6)])
+    with_critic = curve([{"actor/entropy": 0.3, "critic/explained_var": v, "critic/explained_var_group_mean": g}
+                         for v, g in ((0.1, 0.9), (0.2, float("nan")), (0.6, 0.5))])
     cells = [c.strip() for c in bench_overfit.summary_row("starpo_s", with_critic, window=2).split("|")[1:-1]]
-    # success: first 2 steps (0.25, 0.75) -> 0.5; last 2 (0.75, 1.0) -> 0.875; per instance over the last 2
-    assert cells == ["starpo_s", "0.500", "0.875", "1.00 0.75", "0.50", "+0.100", "0.300", "+0.40", "2.0"]
+    # success: first 2 steps (0.25, 0.75) -> 0.5; last 2 (0.75, 1.0) -> 0.875; per instance over the last 2;
+    # explained variance over the last 2, a step with nothing to explain (nan) left out
+    assert cells == ["starpo_s", "0.500", "0.875", "1.00 0.75", "0.50", "+0.100", "0.300", "+0.40 / +0.50", "2.0"]
     without = bench_overfit.summary_row("grpo", curve([{"actor/entropy": 0.3}] * 3), window=2)
     assert without.split("|")[-3].strip() == "-"
+
+
+def test_critic_warmup_fits_the_episodes_step_one_plays(policy):
+    """Unwarmed, the critic is a zero head and explains nothing of step 1's returns (0 exactly); warmed as stage
+    critic_fit warms it, it explains on step 1 what it fitted before, since step 1 plays the same episodes. (The
+    untrained policy fails the format on every turn, so every episode returns the same; per-turn rewards give the
+    targets a spread: -1.95 on the first turn's tokens (turn_gamma 0.95), -1 on the second's.)"""
+    cfg = bench_overfit.variant_config("starpo_s", "sokoban", 2, 4,
+                                       [*FAST, "filter.keep_ratio=1.0", "critic.warmup_epochs=30", "critic.lr=0.01",
+                                        "algo.advantage=bilevel_gae", "algo.reward_placement=turn"])
+    critic = bench_overfit.build_critic(policy.model)
+    ev = bench_overfit.warm_critic(cfg, policy, critic, POOL)
+    fitted = ev["fitted"]
+    assert fitted > 0.5 and ev["next"] > 0.1  # what it fitted carries, less well, to other episodes
+    assert ev["fitted_group_mean"] == pytest.approx(0.0, abs=1e-6)  # every group's returns alike: only turns differ
+    cold = bench_overfit.run_rl(cfg, policy, POOL, steps=1)
+    warm = bench_overfit.run_rl(cfg, policy, POOL, steps=1, critic_warmup=True)
+    assert cold.metrics[0]["critic/explained_var"] == pytest.approx(0.0, abs=1e-6)
+    assert warm.metrics[0]["critic/explained_var"] == pytest.approx(fitted, abs=1e-3)
+    assert warm.per_instance[0] == cold.per_instance[0]
