@@ -17,7 +17,7 @@ import torch
 from prefect import flow
 
 from flows.common import run_stage, write_json
-from ragen.advantages import value_targets
+from ragen.advantages import masked_mean, value_targets
 from ragen.config import load_config
 from ragen.losses import explained_variance
 from ragen.policy import load_policy
@@ -57,7 +57,7 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
             values = token_values(critic, batch.input_ids, batch.attention_mask,
                                   prefix_len=shareable_prefix(batch.input_ids, batch.attention_mask, mask))
         metrics = {"critic_fit/value_loss": losses[-1] if losses else  # warmup_epochs 0: the zero head's loss
-                   float(0.5 * ((values - targets) ** 2 * mask).sum() / mask.sum().clamp(min=1)),
+                   0.5 * masked_mean((values - targets) ** 2, mask).item(),
                    "critic_fit/explained_var": explained_variance(values, targets, mask)}
         save_model(critic, out_dir, meta={"critic": "warm", "trajectories": len(trajectories)})
         tracker.log_metrics(metrics)

@@ -163,8 +163,7 @@ def fit_values(critic: PreTrainedModel, optimizer: torch.optim.Optimizer, batch:
             rows = slice(start, start + mini_batch_size)
             ids, att = batch.input_ids[rows], batch.attention_mask[rows]
             values = token_values(critic, ids, att, prefix_len=shareable_prefix(ids, att, mask[rows]))  # (b, T)
-            m = mask[rows].float()
-            loss = 0.5 * (((values - targets[rows]) ** 2) * m).sum() / m.sum().clamp(min=1)
+            loss = 0.5 * masked_mean((values - targets[rows]) ** 2, mask[rows])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(critic.parameters(), grad_clip)
