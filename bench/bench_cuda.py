@@ -10,8 +10,12 @@ available. Then, printing one line per check:
   same prompt batches through transformers' `model.generate` for comparison;
 - scoring: the sampled tokens re-scored in one pass; the gap to the sampling log-probs (bfloat16 rounding shows
   here; the same model in float32 must agree to 1e-4, as on the CPU);
-- the critic (same backbone, scalar head): per-token values;
-- one StarPO-S training step (rollout, filter, critic and actor update) with finite losses and moved weights;
+- the critic (same backbone, scalar head): per-token values, then its warm-up as stage critic_fit runs it
+  (`ragen.update.fit_values` on the filtered rollouts), with its explained variance beside the group mean's;
+- two training steps (rollout, filter, critic and actor update) of each of the presets starpo_s (the warmed
+  critic), starpo_ppo (KL in the reward against a frozen reference) and starpo_grpo (KL as a loss), each with
+  finite losses and moved weights;
+- an evaluation at temperature 0.5 as stage evaluate runs it (`ragen.evaluation.evaluate_policy`);
 - the model FLOP rate against a measured bf16 matmul peak.
 No download anywhere. Exits non-zero when a check fails.
 """
@@ -19,6 +23,7 @@ No download anywhere. Exits non-zero when a check fails.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import tempfile
@@ -29,15 +34,20 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from bench_sampling import timed_rollout  # same folder
+from ragen.advantages import group_mean_values, value_targets
 from ragen.config import load_config
+from ragen.evaluation import evaluate_policy
+from ragen.losses import explained_variance
 from ragen.policy import Policy, load_policy
 from ragen.policy.model import build_critic, pick_device
 from ragen.policy.sampling import left_pad
 from ragen.policy.scoring import score_sequences, token_values
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.records import EpisodeSpec
-from ragen.train import Learner, train_step
+from ragen.train import Learner, return_batch, select, train_step
+from ragen.update import fit_values, uses_critic
 
+COMMON = ["train.env=sokoban", "train.groups=8", "train.group_size=4", "train.mini_batch_size=8"]
 SHAPES = {  # Qwen2.5-0.5B-Instruct's layer shapes (its config.json), and a small one for a quick look
     "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                          num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1_000_000.0),
@@ -118,18 +128,73 @@ def rescoring_gap(policy: Policy, trajectories: list) -> float:
     return gap
 
 
+def warm_critic(cfg, policy: Policy, critic, trajectories: list) -> tuple[list[float], float, float, float]:
+    """Stage critic_fit on these rollouts: filter, return targets, `critic.warmup_epochs` passes of `fit_values`.
+    Returns each pass's loss, the explained variance of the warmed critic and of the group mean, and seconds."""
+    kept, scores, _ = select(cfg, trajectories)
+    batch = return_batch(cfg, policy, kept, scores)
+    targets = value_targets(batch.token_rewards, batch.loss_mask, batch.turn_end_mask, advantage=cfg.algo.advantage,
+                            gamma=cfg.algo.gamma, turn_gamma=cfg.algo.turn_gamma)  # (B, T)
+    optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr, weight_decay=cfg.train.weight_decay)
+    sync(policy.model.device)
+    start = time.perf_counter()
+    losses = fit_values(critic, optimizer, batch, targets, epochs=cfg.critic.warmup_epochs,
+                        mini_batch_size=cfg.train.mini_batch_size, grad_clip=cfg.train.grad_clip)
+    sync(policy.model.device)
+    seconds = time.perf_counter() - start
+    with torch.no_grad():
+        values = token_values(critic, batch.input_ids, batch.attention_mask)  # (B, T)
+    group = group_mean_values(targets, batch.group_ids, batch.loss_mask)  # (B, T)
+    return (losses, explained_variance(values, targets, batch.loss_mask),
+            explained_variance(group, targets, batch.loss_mask), seconds)
+
+
+def train_preset(name: str, base: Path, args, warm_critic_model, failures: list[str]) -> Policy:
+    """Two steps of preset `name` from the base, on the device; prints a line a step, returns the trained policy."""
+    cfg = load_config(None, [f"preset={name}", f"rollout.max_turns={args.turns}", *COMMON])
+    policy = load_policy(base, device=args.device, attn=args.attn)
+    device = policy.model.device
+    critic = copy.deepcopy(warm_critic_model).train() if uses_critic(cfg.algo.advantage) else None
+    ref = load_policy(base, device=args.device, attn=args.attn).model if cfg.algo.kl != "none" else None
+    learner = Learner(policy, critic, ref, torch.optim.AdamW(policy.model.parameters(), lr=1e-6),
+                      torch.optim.AdamW(critic.parameters(), lr=1e-5) if critic is not None else None)
+    before = policy.model.model.embed_tokens.weight.detach().float().clone()
+    for step in range(2):
+        sync(device)
+        start = time.perf_counter()
+        m = train_step(cfg, learner, list(range(10_000, 10_064)), step=step)
+        sync(device)
+        seconds = time.perf_counter() - start
+        kl = f"{m['actor/kl_loss']:+.5f}" if "actor/kl_loss" in m else cfg.algo.kl
+        print(f"train     {name:<11} step {step + 1}: {seconds:5.1f} s (rollout {m['timing/rollout_s']:.1f}, score "
+              f"{m['timing/score_s']:.1f}, update {m['timing/update_s']:.1f}) | kept "
+              f"{m.get('filter/kept_frac', 1.0):.2f} | success {m['rollout/success_rate']:.3f} | pg_loss "
+              f"{m['actor/pg_loss']:+.4f} | value_loss {m.get('critic/value_loss', float('nan')):.4f} | kl "
+              f"{kl} | approx_kl {m['actor/approx_kl']:+.2e} | clipfrac low/high {m['actor/clipfrac_low']:.3f}/"
+              f"{m['actor/clipfrac_high']:.3f} | grad_norm {m['actor/grad_norm']:.3f}")
+        checked = [m["actor/pg_loss"], m["actor/grad_norm"]] + ([m["critic/value_loss"]] if critic else [])
+        if not all(torch.isfinite(torch.tensor(checked))) or m["actor/skipped_steps"]:
+            failures.append(f"{name} step {step + 1} gave a non-finite loss or skipped its update")
+    moved = float((policy.model.model.embed_tokens.weight.detach().float() - before).abs().max())
+    print(f"train     {name:<11} max weight change after 2 steps {moved:.2e}")
+    if not moved > 0:
+        failures.append(f"{name} left the weights unchanged")
+    del learner, critic, ref
+    return policy
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-0.5b")
     parser.add_argument("--episodes", type=int, default=128)
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--eval-episodes", type=int, default=64)
     parser.add_argument("--attn", choices=["auto", "sdpa", "eager"], default="auto", help="model.attn")
     args = parser.parse_args()
     device = pick_device(args.device)
     failures = []
-    cfg = load_config(None, [f"rollout.max_turns={args.turns}", "train.env=sokoban", "train.groups=8",
-                             "train.group_size=4", "train.mini_batch_size=8", "filter.keep_ratio=0.5"])
+    cfg = load_config(None, [f"rollout.max_turns={args.turns}", *COMMON])  # the default preset, starpo_s
     with tempfile.TemporaryDirectory() as tmp:
         base = build_checkpoint(Path(tmp), args.shape)
         policy = load_policy(base, device=args.device, attn=args.attn)  # the hf path: meta -> local checkpoint
@@ -168,28 +233,32 @@ def main() -> int:
         print(f"critic    values {tuple(values.shape)} {values.dtype} on {values.device}, all zero at init: "
               f"{bool((values == 0).all())}")
 
-        learner = Learner(policy, critic.train(), None, torch.optim.AdamW(policy.model.parameters(), lr=1e-6),
-                          torch.optim.AdamW(critic.parameters(), lr=1e-5))
-        before = policy.model.model.embed_tokens.weight.detach().float().clone()
-        policy.model.train()
+        losses, critic_ev, group_ev, warm_s = warm_critic(cfg, policy, critic, trajectories)
+        print(f"critic_fit {len(losses)} passes in {warm_s:.1f} s: value loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
+              f"explained variance {critic_ev:+.3f} (the group mean's {group_ev:+.3f})")
+        if not (all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]):
+            failures.append(f"the critic warm-up did not lower its value loss ({losses[0]:.4f} -> {losses[-1]:.4f})")
+
+        # the rollout's sampler and the presets' trainers: fresh policies from the same checkpoint
+        peak = peak_tflops(device, policy.model.dtype)
+        del policy
+        for name in ("starpo_s", "starpo_ppo", "starpo_grpo"):
+            trained = train_preset(name, base, args, critic, failures)  # frees the last preset's policy
+        val = list(range(20_000, 20_000 + args.eval_episodes))
         sync(device)
         start = time.perf_counter()
-        metrics = train_step(cfg, learner, list(range(10_000, 10_064)), step=0)
+        summary, evaluated = evaluate_policy(trained, "sokoban", val, cfg.rollout, temperature=0.5, seed=0)
         sync(device)
-        moved = float((policy.model.model.embed_tokens.weight.detach().float() - before).abs().max())
-        print(f"train     one StarPO-S step (8 x 4 rollouts, keep 0.5) in {time.perf_counter() - start:.1f} s: "
-              f"pg_loss {metrics['actor/pg_loss']:.4f}, value_loss {metrics['critic/value_loss']:.4f}, "
-              f"grad_norm {metrics['actor/grad_norm']:.3f}, max weight change {moved:.2e}; timing rollout "
-              f"{metrics['timing/rollout_s']:.1f} s score {metrics['timing/score_s']:.1f} s update "
-              f"{metrics['timing/update_s']:.1f} s")
-        finite = all(torch.isfinite(torch.tensor(metrics[k])) for k in ("actor/pg_loss", "critic/value_loss"))
-        if not (finite and moved > 0):
-            failures.append("the training step gave a non-finite loss or left the weights unchanged")
+        print(f"evaluate  starpo_grpo's policy on {len(evaluated)} sokoban episodes at T 0.5 in "
+              f"{time.perf_counter() - start:.1f} s: success {summary['success_rate']:.3f} "
+              f"± {summary['success_se']:.3f}, mean return {summary['return_mean']:+.3f}, valid turns "
+              f"{summary['format_valid_rate']:.3f}")
+        if len(evaluated) != len(val) or not torch.isfinite(torch.tensor(summary["return_mean"])):
+            failures.append("the evaluation did not play every episode or gave a non-finite return")
 
-        peak = peak_tflops(device, policy.model.dtype)
         achieved = flops / seconds / 1e12
         print(f"FLOPs     sampling {achieved:.3f} TFLOP/s = {achieved / peak:.2%} of a measured "
-              f"{policy.model.dtype} matmul peak of {peak:.1f} TFLOP/s")
+              f"{trained.model.dtype} matmul peak of {peak:.1f} TFLOP/s")
     for failure in failures:
         print(f"FAILED: {failure}")
     return 1 if failures else 0
