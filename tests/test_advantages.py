@@ -126,6 +126,24 @@ def test_normalize_returns_methods():
     assert clipped.max() <= 3.0 and clipped.min() >= -1.0
 
 
+def test_a_group_of_equal_returns_scores_zero_whatever_their_float32_rounding():
+    # eight one-move Sokoban solves, 10 + 1 - 0.1 = 10.9 each: in float32 their mean is 9.5e-07 (one unit in the
+    # last place) above 10.9 and their std 1.02e-06 > eps, which scored every member -0.472 before the float64 fix
+    returns = torch.full((8,), 10.9)
+    groups = torch.zeros(8, dtype=torch.long)
+    assert float(returns.mean() - returns[0]) == pytest.approx(9.5367e-07, rel=1e-3)  # the float32 rounding
+    for method in ("mean", "mean_std", "asym_clip"):
+        assert normalize_returns(returns, groups, method=method).tolist() == [0.0] * 8
+    adv, _ = compute_grpo_advantages(returns, groups, torch.ones(8, 3, dtype=torch.bool))
+    assert adv.abs().max().item() == 0.0
+    # beside a group with a spread, the solved group still scores 0 and the other one its z-scores by hand
+    mixed = torch.tensor([10.9] * 4 + [0.0, 0.0, 10.9, 10.9])
+    scores = normalize_returns(mixed, torch.tensor([0] * 4 + [1] * 4), method="mean_std")
+    # group 1: mean 5.45, unbiased std sqrt(4 * 5.45^2 / 3) = 6.2931; (x - 5.45) / std = -0.8660, 0.8660
+    assert scores[:4].tolist() == [0.0] * 4
+    assert torch.allclose(scores[4:], torch.tensor([-0.8660, -0.8660, 0.8660, 0.8660]), atol=1e-4)
+
+
 def test_normalization_groups_by_state_env_or_batch():
     group_ids = torch.tensor([0, 0, 1, 1, 2])
     tags = ["sokoban", "sokoban", "frozen_lake", "frozen_lake", "sokoban"]

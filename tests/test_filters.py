@@ -44,6 +44,15 @@ def test_nonzero_mode_drops_zero_variance_groups():
     assert stats.std_mass_kept == 1.0
 
 
+def test_a_group_of_equal_returns_has_zero_std_whatever_their_float32_rounding():
+    # eight one-move Sokoban solves of 10.9 each: float32's std of them is 1.02e-06, so DAPO's mode kept the group
+    returns, ids = batch([[10.9] * 8, [0.0] * 4 + [10.9] * 4])
+    assert returns[:8].std().item() > 0  # the float32 rounding the filter must not see
+    keep, stats = filter_groups_by_reward_std(returns, ids, keep_ratio=1.0, mode="nonzero")
+    assert keep.tolist() == [False] * 8 + [True] * 8
+    assert stats.frac_zero_std == 0.5 and stats.std_mass_kept == 1.0
+
+
 def test_unknown_mode_is_an_error():
     returns, ids = batch([[0, 1]])
     with pytest.raises(ValueError, match="unknown filter mode"):
