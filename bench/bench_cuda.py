@@ -179,7 +179,6 @@ def train_preset(name: str, base: Path, args, warm_critic_model, failures: list[
     print(f"train     {name:<11} max weight change after 2 steps {moved:.2e}")
     if not moved > 0:
         failures.append(f"{name} left the weights unchanged")
-    del learner, critic, ref
     return policy
 
 
