@@ -8,6 +8,7 @@ values outside the loss mask count as 0.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -171,11 +172,9 @@ def group_mean_values(returns: torch.Tensor, group_ids: torch.Tensor, loss_mask:
         (B, T) the group-mean value, zero outside the mask.
     """
     first = loss_mask.float().argmax(dim=1, keepdim=True)  # (B, 1) the first masked token (0 if none)
-    start = returns.gather(1, first).squeeze(1).float()  # (B,)
-    groups, index = torch.unique(group_ids, return_inverse=True)  # index: (B,)
-    sums = torch.zeros(len(groups), device=start.device).index_add_(0, index, start)  # (G,)
-    counts = torch.zeros(len(groups), device=start.device).index_add_(0, index, torch.ones_like(start))  # (G,)
-    baseline = (sums / counts)[index]  # (B,)
+    start = returns.gather(1, first).squeeze(1)  # (B,)
+    m = group_moments(start, group_ids)
+    baseline = m.means[m.index].to(returns.dtype)  # (B,)
     return baseline[:, None] * loss_mask  # (B, T)
 
 
@@ -218,6 +217,39 @@ def normalization_groups(group_ids: torch.Tensor, tags: Sequence[str], grouping:
     raise ValueError(f"unknown reward normalisation grouping {grouping!r}; use state, inductive or batch")
 
 
+@dataclass(frozen=True)
+class GroupMoments:
+    """Each group's size, mean and unbiased std of a (B,) tensor, in float64 (see `group_moments`)."""
+
+    groups: torch.Tensor  # (G,) the distinct group ids, sorted
+    index: torch.Tensor  # (B,) long: each member's position in `groups`
+    counts: torch.Tensor  # (G,) float64
+    means: torch.Tensor  # (G,) float64
+    stds: torch.Tensor  # (G,) float64, 0 for a group of one
+
+
+def group_moments(values: torch.Tensor, group_ids: torch.Tensor) -> GroupMoments:
+    """The per-group statistics that GRPO, the score normalisation and the filter share:
+
+        n_g = |g|,   mean_g = sum_{i in g} x_i / n_g,   std_g = sqrt(sum_{i in g} (x_i - mean_g)^2 / (n_g - 1))
+    with std_g = 0 when n_g = 1. In float64: the sum of up to 2^29 float32 values is exact there, so a group of
+    equal values has exactly their mean and std 0. In float32 the mean of eight returns of 10.9 (a one-move Sokoban
+    solve) is one unit in the last place off and their std 1.02e-6, which scored every member of such a group
+    -0.47 under GRPO's std division before 2026-12-04.
+
+    Args:
+        values: (B,) one value per trajectory. group_ids: (B,) long, the group of each.
+    """
+    groups, index = torch.unique(group_ids.to(values.device), return_inverse=True)  # (G,), (B,)
+    x = values.to(torch.float64)  # (B,)
+    zeros = torch.zeros(len(groups), dtype=torch.float64, device=x.device)  # (G,)
+    counts = zeros.index_add(0, index, torch.ones_like(x))
+    means = zeros.index_add(0, index, x) / counts
+    squares = zeros.index_add(0, index, (x - means[index]) ** 2)
+    stds = torch.where(counts > 1, squares / (counts - 1).clamp(min=1.0), zeros).sqrt()
+    return GroupMoments(groups, index, counts, means, stds)
+
+
 def normalize_returns(traj_returns: torch.Tensor, group_ids: torch.Tensor, *, method: str,
                       eps: float = 1e-6) -> torch.Tensor:
     """RAGEN's score normalisation within each group of `group_ids` (the trajectories' own groups, or those of
@@ -226,26 +258,22 @@ def normalize_returns(traj_returns: torch.Tensor, group_ids: torch.Tensor, *, me
         mean:      R - mean_g
         mean_std:  (R - mean_g) / (std_g + eps), or 0 where std_g <= eps (unbiased std)
         asym_clip: mean_std clamped to [-1, 3]
-    A group of one trajectory is left as it is. Computed in float64, returned in float32: in float32 the mean of
-    eight equal returns of 10.9 (a one-move Sokoban solve) is one unit in the last place off, its std comes out
-    1.02e-6 > eps, and every member would score -0.47 instead of 0; in float64 that mean is exact.
+    A group of one trajectory is left as it is. The group statistics are `group_moments`' (float64, so a group of
+    equal returns scores exactly 0); the result is float32.
     """
     if method == "identity":
         return traj_returns.clone()
-    out = traj_returns.clone().float()  # (B,)
-    for group in torch.unique(group_ids):
-        members = group_ids == group
-        if members.sum() < 2:
-            continue
-        r = traj_returns[members].double()
-        centred = r - r.mean()
-        if method == "mean":
-            out[members] = centred.float()
-            continue
-        std = r.std(unbiased=True)
-        scaled = torch.zeros_like(r) if std <= eps else centred / (std + eps)
-        out[members] = (scaled.clamp(-1.0, 3.0) if method == "asym_clip" else scaled).float()
-    return out
+    if method not in ("mean", "mean_std", "asym_clip"):
+        raise ValueError(f"unknown reward normalisation {method!r}; use identity, mean, mean_std or asym_clip")
+    m = group_moments(traj_returns, group_ids)
+    r = traj_returns.to(torch.float64)  # (B,)
+    scores = r - m.means[m.index]  # (B,)
+    if method != "mean":
+        std = m.stds[m.index]  # (B,)
+        scores = torch.where(std > eps, scores / (std + eps), torch.zeros_like(scores))
+        if method == "asym_clip":
+            scores = scores.clamp(-1.0, 3.0)
+    return torch.where(m.counts[m.index] > 1, scores, r).float()  # a group of one keeps its return
 
 
 def place_rewards(traj_returns: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

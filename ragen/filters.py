@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ragen.advantages import group_moments
+
 
 @dataclass(frozen=True)
 class FilterStats:
@@ -27,15 +29,10 @@ class FilterStats:
 
 
 def group_stds(traj_returns: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (groups (G,), unbiased std of each group's returns (G,)); a group of one has std 0. In float64: in
-    float32 eight equal returns of 10.9 have a std of 1.02e-6, not 0 (see `ragen.advantages.normalize_returns`)."""
-    groups = torch.unique(group_ids)  # sorted
-    stds = torch.stack([
-        traj_returns[group_ids == g].double().std(unbiased=True).float() if (group_ids == g).sum() > 1
-        else torch.tensor(0.0)
-        for g in groups
-    ])
-    return groups, stds
+    """-> (groups (G,), unbiased std of each group's returns (G,)); a group of one has std 0. The statistics are
+    `ragen.advantages.group_moments`' (float64: a group of equal returns has std exactly 0)."""
+    m = group_moments(traj_returns, group_ids)
+    return m.groups, m.stds.float()
 
 
 def filter_groups_by_reward_std(traj_returns: torch.Tensor, group_ids: torch.Tensor, keep_ratio: float,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ragen.advantages import (compute_bilevel_gae, compute_gae, compute_grpo_advantages, compute_rft_advantages,
-                              group_mean_values, masked_mean, normalization_groups, normalize_returns, place_rewards,
+                              group_mean_values, group_moments, masked_mean, normalization_groups, normalize_returns, place_rewards,
                               value_targets, whiten)
 from ragen.losses import explained_variance
 
@@ -124,6 +124,25 @@ def test_normalize_returns_methods():
     wide = torch.tensor([0.0, 0.0, 0.0, 0.0, 100.0])
     clipped = normalize_returns(wide, torch.zeros(5, dtype=torch.long), method="asym_clip")
     assert clipped.max() <= 3.0 and clipped.min() >= -1.0
+    # a group of one keeps its return under every method; an unknown method names the known ones
+    for method in ("mean", "mean_std", "asym_clip"):
+        assert normalize_returns(torch.tensor([7.0, 1.0, 3.0]), torch.tensor([5, 0, 0]), method=method)[0] == 7.0
+    with pytest.raises(ValueError, match="mean_std"):
+        normalize_returns(returns, groups, method="zscore")
+
+
+def test_group_moments_by_hand():
+    # group 7: 1, 5 -> mean 3, unbiased std sqrt((4 + 4) / 1) = 2.8284; group 3: a lone 5 -> mean 5, std 0;
+    # group 0: eight float32 10.9s -> exactly their value and std 0 (float64); ids come back sorted
+    x = torch.tensor([1.0, 5.0, 5.0] + [10.9] * 8)
+    m = group_moments(x, torch.tensor([7, 3, 7] + [0] * 8))
+    assert m.groups.tolist() == [0, 3, 7]
+    assert m.index.tolist() == [2, 1, 2] + [0] * 8
+    assert m.counts.tolist() == [8.0, 1.0, 2.0]
+    assert m.means.tolist() == [float(x[3]), 5.0, 3.0]
+    assert m.stds[:2].tolist() == [0.0, 0.0]
+    assert m.stds[2].item() == pytest.approx(8 ** 0.5)
+    assert m.means.dtype == m.stds.dtype == torch.float64
 
 
 def test_a_group_of_equal_returns_scores_zero_whatever_their_float32_rounding():
