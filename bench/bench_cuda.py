@@ -34,7 +34,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from bench_sampling import timed_rollout  # same folder
-from ragen.advantages import group_mean_values, value_targets
+from ragen.advantages import group_mean_values
 from ragen.config import load_config
 from ragen.evaluation import evaluate_policy
 from ragen.losses import explained_variance
@@ -44,8 +44,9 @@ from ragen.policy.sampling import left_pad
 from ragen.policy.scoring import score_sequences, token_values
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.records import EpisodeSpec
-from ragen.train import Learner, return_batch, select, train_step
-from ragen.update import fit_values, uses_critic
+from ragen.train import Learner, critic_batch, select, train_step
+from ragen.train import warm_critic as warm_critic_on
+from ragen.update import uses_critic
 
 COMMON = ["train.env=sokoban", "train.groups=8", "train.group_size=4", "train.mini_batch_size=8"]
 SHAPES = {  # Qwen2.5-0.5B-Instruct's layer shapes (its config.json), and a small one for a quick look
@@ -132,14 +133,10 @@ def warm_critic(cfg, policy: Policy, critic, trajectories: list) -> tuple[list[f
     """Stage critic_fit on these rollouts: filter, return targets, `critic.warmup_epochs` passes of `fit_values`.
     Returns each pass's loss, the explained variance of the warmed critic and of the group mean, and seconds."""
     kept, scores, _ = select(cfg, trajectories)
-    batch = return_batch(cfg, policy, kept, scores)
-    targets = value_targets(batch.token_rewards, batch.loss_mask, batch.turn_end_mask, advantage=cfg.algo.advantage,
-                            gamma=cfg.algo.gamma, turn_gamma=cfg.algo.turn_gamma)  # (B, T)
-    optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr, weight_decay=cfg.train.weight_decay)
+    batch, targets = critic_batch(cfg, policy, kept, scores)  # targets: (B, T)
     sync(policy.model.device)
     start = time.perf_counter()
-    losses = fit_values(critic, optimizer, batch, targets, epochs=cfg.critic.warmup_epochs,
-                        mini_batch_size=cfg.train.mini_batch_size, grad_clip=cfg.train.grad_clip)
+    losses = warm_critic_on(cfg, critic, batch, targets)
     sync(policy.model.device)
     seconds = time.perf_counter() - start
     with torch.no_grad():

@@ -42,7 +42,7 @@ import torch
 from transformers import PreTrainedModel
 
 from flows.common import read_instances
-from ragen.advantages import group_mean_values, value_targets
+from ragen.advantages import group_mean_values
 from ragen.batching import build_batch
 from ragen.config import Config, load_config
 from ragen.diagnostics import action_dependence
@@ -53,8 +53,8 @@ from ragen.policy.model import build_critic
 from ragen.policy.scoring import token_logprobs, token_values
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import run_episodes
-from ragen.train import Learner, return_batch, select, train_step
-from ragen.update import fit_values, uses_critic
+from ragen.train import Learner, critic_batch, select, train_step
+from ragen.update import uses_critic
 from ragen.warmstart import scripted_responder
 import ragen.train as train_module
 
@@ -177,17 +177,9 @@ def warm_critic(cfg: Config, policy: Policy, critic: PreTrainedModel, pool: list
     filter keeps them (the same episodes step 1 then plays), with an optimizer of its own. Returns the critic's
     explained variance on those rollouts (`fitted`) and on the base's step-2 rollouts (`next`), each beside that of
     GRPO's baseline, the group mean (`*_group_mean`): does the warm-up learn values that carry to other episodes?"""
-    batches = []
-    for step in (0, 1):
-        kept, scores, _ = select(cfg, train_module.collect(cfg, policy, pool, step))
-        batch = return_batch(cfg, policy, kept, scores)
-        targets = value_targets(batch.token_rewards, batch.loss_mask, batch.turn_end_mask,
-                                advantage=cfg.algo.advantage, gamma=cfg.algo.gamma,
-                                turn_gamma=cfg.algo.turn_gamma)  # (B, T)
-        batches.append((batch, targets))
-    optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr, weight_decay=cfg.train.weight_decay)
-    fit_values(critic, optimizer, *batches[0], epochs=cfg.critic.warmup_epochs,
-               mini_batch_size=cfg.train.mini_batch_size, grad_clip=cfg.train.grad_clip)
+    batches = [critic_batch(cfg, policy, *select(cfg, train_module.collect(cfg, policy, pool, step))[:2])
+               for step in (0, 1)]  # (batch, its targets (B, T))
+    train_module.warm_critic(cfg, critic, *batches[0])
     out = {}
     for name, (batch, targets) in zip(("fitted", "next"), batches):
         with torch.no_grad():

@@ -17,16 +17,16 @@ import torch
 from prefect import flow
 
 from flows.common import run_stage, write_json
-from ragen.advantages import masked_mean, value_targets
+from ragen.advantages import masked_mean
 from ragen.config import load_config
 from ragen.losses import explained_variance
 from ragen.policy import load_policy
 from ragen.policy.model import build_critic, save_meta, save_model
 from ragen.policy.scoring import shareable_prefix, token_values
 from ragen.tracking import MlflowTracker
-from ragen.train import return_batch, select
+from ragen.train import critic_batch, select, warm_critic
 from ragen.trajectory_io import read_scores, read_trajectories
-from ragen.update import fit_values, uses_critic
+from ragen.update import uses_critic
 
 
 @flow(name="critic_fit")
@@ -43,13 +43,9 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
         policy = load_policy(base_dir, **cfg.model.placement())
         torch.manual_seed(cfg.train.seed)
         critic = build_critic(policy.model)
-        optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr, weight_decay=cfg.train.weight_decay)
         kept, scores, _ = select(cfg, trajectories, already_filtered=True, scores=read_scores(rollouts))  # all of them
-        batch = return_batch(cfg, policy, kept, scores)
-        targets = value_targets(batch.token_rewards, batch.loss_mask, batch.turn_end_mask, advantage=cfg.algo.advantage,
-                                gamma=cfg.algo.gamma, turn_gamma=cfg.algo.turn_gamma)  # (B, T)
-        losses = fit_values(critic, optimizer, batch, targets, epochs=cfg.critic.warmup_epochs,
-                            mini_batch_size=cfg.train.mini_batch_size, grad_clip=cfg.train.grad_clip)
+        batch, targets = critic_batch(cfg, policy, kept, scores)
+        losses = warm_critic(cfg, critic, batch, targets)
         for epoch, loss in enumerate(losses):
             tracker.log_metrics({"critic_fit/value_loss": loss}, step=epoch)
         mask = batch.loss_mask

@@ -25,7 +25,7 @@ from typing import Sequence
 import torch
 from transformers import PreTrainedModel
 
-from ragen.advantages import normalization_groups, normalize_returns
+from ragen.advantages import normalization_groups, normalize_returns, value_targets
 from ragen.batching import RolloutBatch, build_batch
 from ragen.config import Config
 from ragen.diagnostics import action_dependence, first_action_bonus
@@ -35,7 +35,7 @@ from ragen.policy.scoring import score_sequences, shareable_prefix
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import policy_responder, run_episodes, summarize
 from ragen.shaping import make_potential
-from ragen.update import UpdateSettings, score_batch, update
+from ragen.update import UpdateSettings, fit_values, score_batch, update
 
 
 @dataclass
@@ -140,6 +140,25 @@ def return_batch(cfg: Config, policy: Policy, kept: Sequence[Trajectory], scores
         rewards[:, -1] = scores.to(rewards.device)
         batch = replace(batch, token_rewards=rewards, traj_returns=scores.to(rewards.device))
     return batch
+
+
+def critic_batch(cfg: Config, policy: Policy, kept: Sequence[Trajectory], scores: torch.Tensor
+                 ) -> tuple[RolloutBatch, torch.Tensor]:
+    """`return_batch` and the critic's targets on it, (B, T): the advantage estimator's returns with no values
+    (`ragen.advantages.value_targets`; with gae, gamma 1 and the return on the last token every token's is R)."""
+    batch = return_batch(cfg, policy, kept, scores)
+    targets = value_targets(batch.token_rewards, batch.loss_mask, batch.turn_end_mask, advantage=cfg.algo.advantage,
+                            gamma=cfg.algo.gamma, turn_gamma=cfg.algo.turn_gamma)  # (B, T)
+    return batch, targets
+
+
+def warm_critic(cfg: Config, critic: PreTrainedModel, batch: RolloutBatch, targets: torch.Tensor) -> list[float]:
+    """Stage critic_fit's warm-up: `critic.warmup_epochs` passes of `ragen.update.fit_values` over `batch` towards
+    `targets` (from `critic_batch`), with an AdamW of its own (critic.lr, train.weight_decay) that the online loop
+    does not inherit. Returns each pass's mean mini-batch value loss."""
+    optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr, weight_decay=cfg.train.weight_decay)
+    return fit_values(critic, optimizer, batch, targets, epochs=cfg.critic.warmup_epochs,
+                      mini_batch_size=cfg.train.mini_batch_size, grad_clip=cfg.train.grad_clip)
 
 
 def make_batch(cfg: Config, learner: Learner, kept: Sequence[Trajectory], scores: torch.Tensor

@@ -1,6 +1,7 @@
 """The online loop's pieces: group seeding, selection, and determinism of a whole step."""
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -12,10 +13,10 @@ from ragen.envs import make_env
 from ragen.policy import Policy
 from ragen.policy.model import build_critic, build_tiny_model
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
-from ragen.advantages import value_targets
 from ragen.policy.scoring import score_sequences, shareable_prefix
 from ragen.shaping import make_potential
-from ragen.train import Learner, collect, make_batch, return_batch, select, step_specs, train_step
+from ragen.train import (Learner, collect, critic_batch, make_batch, return_batch, select, step_specs, train_step,
+                         warm_critic)
 
 CFG = ["train.env=frozen_lake", "train.groups=3", "train.group_size=4", "train.mini_batch_size=6",
        "rollout.max_new_tokens=10", "rollout.max_turns=2", "filter.keep_ratio=0.34"]
@@ -144,11 +145,21 @@ def test_critic_warm_up_targets_are_the_returns_update_trains_on(tokenizer):
     for g in range(3):
         assert torch.allclose(scores[groups == g], raw[groups == g] - raw[groups == g].mean())
     assert not torch.allclose(scores, raw)  # so the targets below tell centred from raw returns
-    batch = return_batch(cfg, policy, kept, scores)
-    targets = value_targets(batch.token_rewards, batch.loss_mask, batch.turn_end_mask, advantage="gae", gamma=1.0,
-                            turn_gamma=0.95)
+    batch, targets = critic_batch(cfg, policy, kept, scores)
     for row in range(12):
         assert torch.allclose(targets[row][batch.loss_mask[row]], scores[row].expand(int(batch.loss_mask[row].sum())))
+    # the warm-up itself: critic.warmup_epochs passes with an optimizer of its own, the loss falling, the policy
+    # untouched (the critic is a copy with its own value head). The untrained policy's returns are format penalties,
+    # equal within each group, so the raw ones (identity) are the targets to fit here
+    cfg = load_config(None, [*CFG, "critic.warmup_epochs=4", "critic.lr=0.003"])
+    batch, targets = critic_batch(cfg, policy, kept, raw)
+    assert (targets[batch.loss_mask] < 0).all()
+    critic = build_critic(policy.model)
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    losses = warm_critic(cfg, critic, batch, targets)
+    assert len(losses) == 4 and all(math.isfinite(x) for x in losses)
+    assert losses[-1] < losses[0]
+    assert all(torch.equal(b, p) for b, p in zip(before, policy.model.parameters()))
 
 
 def test_reference_logprobs_run_the_shared_prompt_once_with_the_full_pass_values(tokenizer):
