@@ -259,7 +259,8 @@ def normalize_returns(traj_returns: torch.Tensor, group_ids: torch.Tensor, *, me
         mean_std:  (R - mean_g) / (std_g + eps), or 0 where std_g <= eps (unbiased std)
         asym_clip: mean_std clamped to [-1, 3]
     A group of one trajectory is left as it is. The group statistics are `group_moments`' (float64, so a group of
-    equal returns scores exactly 0); the result is float32.
+    equal returns scores exactly 0); the result is float32. A non-finite return makes its whole group non-finite, so
+    that the update sees it and skips the step rather than train on a silently zeroed group.
     """
     if method == "identity":
         return traj_returns.clone()
@@ -270,7 +271,7 @@ def normalize_returns(traj_returns: torch.Tensor, group_ids: torch.Tensor, *, me
     scores = r - m.means[m.index]  # (B,)
     if method != "mean":
         std = m.stds[m.index]  # (B,)
-        scores = torch.where(std > eps, scores / (std + eps), torch.zeros_like(scores))
+        scores = torch.where(std <= eps, torch.zeros_like(scores), scores / (std + eps))  # a NaN std stays NaN
         if method == "asym_clip":
             scores = scores.clamp(-1.0, 3.0)
     return torch.where(m.counts[m.index] > 1, scores, r).float()  # a group of one keeps its return

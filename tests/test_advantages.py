@@ -129,6 +129,10 @@ def test_normalize_returns_methods():
         assert normalize_returns(torch.tensor([7.0, 1.0, 3.0]), torch.tensor([5, 0, 0]), method=method)[0] == 7.0
     with pytest.raises(ValueError, match="mean_std"):
         normalize_returns(returns, groups, method="zscore")
+    # a non-finite return is not scored away: its group stays non-finite (the update then skips the step)
+    for method in ("mean", "mean_std", "asym_clip"):
+        scores = normalize_returns(torch.tensor([float("inf"), 1.0, 2.0, 4.0]), groups, method=method)
+        assert not scores[:2].isfinite().any() and scores[2:].isfinite().all()
 
 
 def test_group_moments_by_hand():
