@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from ragen.advantages import (compute_bilevel_gae, compute_gae, compute_grpo_advantages, compute_rft_advantages,
-                              group_mean_values, group_moments, masked_mean, normalization_groups, normalize_returns, place_rewards,
-                              value_targets, whiten)
+                              group_mean_values, group_moments, masked_mean, normalization_groups, normalize_returns,
+                              place_rewards, value_targets, whiten)
 from ragen.losses import explained_variance
 
 
