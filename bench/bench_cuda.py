@@ -163,13 +163,14 @@ def train_preset(name: str, base: Path, args, warm_critic_model, failures: list[
         sync(device)
         seconds = time.perf_counter() - start
         kl = f"{m['actor/kl_loss']:+.5f}" if "actor/kl_loss" in m else cfg.algo.kl
+        value_loss = f"{m['critic/value_loss']:.4f}" if critic is not None else "- (no critic)"
         print(f"train     {name:<11} step {step + 1}: {seconds:5.1f} s (rollout {m['timing/rollout_s']:.1f}, score "
               f"{m['timing/score_s']:.1f}, update {m['timing/update_s']:.1f}) | kept "
               f"{m.get('filter/kept_frac', 1.0):.2f} | success {m['rollout/success_rate']:.3f} | pg_loss "
-              f"{m['actor/pg_loss']:+.4f} | value_loss {m.get('critic/value_loss', float('nan')):.4f} | kl "
+              f"{m['actor/pg_loss']:+.4f} | value_loss {value_loss} | kl "
               f"{kl} | approx_kl {m['actor/approx_kl']:+.2e} | clipfrac low/high {m['actor/clipfrac_low']:.3f}/"
               f"{m['actor/clipfrac_high']:.3f} | grad_norm {m['actor/grad_norm']:.3f}")
-        checked = [m["actor/pg_loss"], m["actor/grad_norm"]] + ([m["critic/value_loss"]] if critic else [])
+        checked = [m["actor/pg_loss"], m["actor/grad_norm"]] + ([m["critic/value_loss"]] if critic is not None else [])
         if not all(torch.isfinite(torch.tensor(checked))) or m["actor/skipped_steps"]:
             failures.append(f"{name} step {step + 1} gave a non-finite loss or skipped its update")
     moved = float((policy.model.model.embed_tokens.weight.detach().float() - before).abs().max())
