@@ -14,7 +14,6 @@ Run: `ragen ablate SET [--workers N] [--dry-run] [key=value ...]` or `python -m 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -36,7 +35,7 @@ from flows.update import update_policy
 from ragen.ablation import AblationRun, AblationSet, RunnerSpec, expand_set, read_ablations, runner_spec
 from ragen.config import config_digest, load_config
 from ragen.evaluation import mean_and_se_over_seeds
-from ragen.fileio import write_text
+from ragen.fileio import read_json, write_text
 from ragen.report import (echo_trap, markdown_table, mean_series, plot_curves, read_steps_csv, template_collapse,
                           to_series)
 from ragen.tracking import MlflowTracker
@@ -55,9 +54,10 @@ def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.ya
     cfg = load_config(params, overrides)
     digest = config_digest(cfg)[:16]
     done = out / "done.json"
-    if not force and done.exists() and json.loads(done.read_text()).get("digest") == digest:
+    record = read_json(done, "run record", "delete it and this run is rerun") if done.exists() and not force else {}
+    if record.get("digest") == digest:
         print(f"ablate | {out} is up to date, not rerun")
-        return json.loads(done.read_text())["results"]
+        return record["results"]
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     common = dict(params=params, overrides=overrides)

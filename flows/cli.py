@@ -16,6 +16,7 @@ from ragen import cli as library_cli
 from ragen.ablation import AblationError, expand_set, read_ablations, runner_spec
 from ragen.baselines import NightlySpecError
 from ragen.config import ConfigError
+from ragen.fileio import StageFileError, read_json
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +47,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         report()
         return 0
-    import json
     from pathlib import Path
 
     from flows.ablate import set_report
@@ -58,7 +58,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not done.exists():
             print(f"ragen report: {done} is missing; run `ragen ablate {ablation.name}` first", file=sys.stderr)
             return 2
-        results[run.name] = json.loads(done.read_text())["results"]
+        fix = f"delete it and run `ragen ablate {ablation.name}`"
+        results[run.name] = read_json(done, "run record", fix)["results"]
     path, _ = set_report(ablation, Path("ablations"), results)
     print(f"report | {path}")
     return 0
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return library_cli.main(argv)
     try:
         return commands[args.command](args)
-    except (AblationError, ConfigError, NightlySpecError, FileNotFoundError) as error:
+    except (AblationError, ConfigError, NightlySpecError, FileNotFoundError, StageFileError) as error:
         print(f"ragen {args.command}: {error}", file=sys.stderr)
         return 2
 

@@ -38,12 +38,10 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 def read_instances(envs_dir: str | Path, tag: str, split: str, columns: list[str]):
     """Columns of one instance table written by stage envgen (a polars DataFrame)."""
-    import polars as pl
+    from ragen.fileio import read_parquet
 
-    path = Path(envs_dir) / tag / f"{split}.parquet"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; run stage envgen first (dvc repro envgen)")
-    return pl.read_parquet(path, columns=columns)
+    return read_parquet(Path(envs_dir) / tag / f"{split}.parquet", columns,
+                        missing_hint="run stage envgen first (dvc repro envgen)")
 
 
 def read_seeds(envs_dir: str | Path, tag: str, split: str) -> list[int]:

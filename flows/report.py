@@ -10,7 +10,6 @@ Run: `python -m flows.report [key=value ...]` or `ragen report`.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from prefect import flow
 
 from flows.common import run_stage
 from ragen.config import Config, load_config
-from ragen.fileio import write_text
+from ragen.fileio import read_json, write_text
 from ragen.presets import describe_preset
 from ragen.report import (STD_DROP, TEMPLATE_DROP, TEMPLATE_MI, TEMPLATE_WINDOW, Series, echo_trap, fall_in_se,
                           markdown_table, plot_curves, read_steps_csv, template_collapse, to_series)
@@ -28,7 +27,7 @@ from ragen.tracking import MlflowTracker, preset_of
 def _read(path: Path) -> dict:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; run the stage that writes it first (dvc repro)")
-    return json.loads(path.read_text())
+    return read_json(path, "metrics file")
 
 
 def pipeline_markdown(cfg: Config, metrics_dir: Path, series: Series, trap: dict, template: dict, figure: str) -> str:

@@ -12,7 +12,6 @@ Run: `python -m flows.update [key=value ...]`.
 from __future__ import annotations
 
 import csv
-import json
 import shutil
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ import torch
 from prefect import flow
 
 from flows.common import read_seeds, read_train_pool, run_stage, write_json
-from ragen.checkpoint import load_checkpoint, save_checkpoint
+from ragen.checkpoint import load_checkpoint, read_checkpoint_meta, save_checkpoint
 from ragen.config import Config, config_digest, load_config
 from ragen.evaluation import evaluate_policy
 from ragen.policy import load_policy
@@ -76,7 +75,7 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
     digest, history, start_step = config_digest(cfg)[:16], [], 0
     ckpt = Path(checkpoint_dir)
     models, optimizers = checkpoint_parts(learner)
-    if (ckpt / "meta.json").exists() and json.loads((ckpt / "meta.json").read_text()).get("digest") == digest:
+    if (read_checkpoint_meta(ckpt) or {}).get("digest") == digest:
         meta = load_checkpoint(ckpt, models=models, optimizers=optimizers)
         start_step, history = meta["step"], meta["history"]
         print(f"update | resuming from the checkpoint after step {start_step}")

@@ -246,6 +246,9 @@ def load_config(path: str | Path | None = "params.yaml", overrides: Sequence[str
         overrides = expand_presets(list(overrides))
     except KeyError as error:
         raise ConfigError(str(error.args[0])) from None
+    malformed = [item for item in overrides if "=" not in item]
+    if malformed:
+        raise ConfigError(f"override {malformed[0]!r} is not key=value; write e.g. train.steps=10")
     try:
         layers.append(OmegaConf.from_dotlist(list(overrides)))
         merged = OmegaConf.merge(*layers)

@@ -1,5 +1,5 @@
 """All-or-nothing writes (a file or folder is built beside its destination and replaces it at once on success),
-and reading the project's small YAML files with errors that name the file."""
+and reading back what the project wrote (YAML, JSON, parquet) with errors that name the file and the fix."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
+
+REBUILD = "delete it and run `dvc repro` to rebuild it"
+
+
+class StageFileError(ValueError):
+    """A file a stage wrote that cannot be read back (corrupt, truncated, or of another format or schema)."""
 
 
 @contextmanager
@@ -69,3 +75,55 @@ def read_yaml(path: str | Path, error: type[Exception], what: str) -> Any:
         return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     except Exception as error_:  # yaml syntax errors come in several types
         raise error(f"{path}: not valid YAML: {error_}") from None
+
+
+def read_json(path: str | Path, what: str = "file", fix: str = REBUILD) -> Any:
+    """A JSON file a stage wrote; StageFileError naming it, the cause and `fix` when it is not valid JSON."""
+    import json
+
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise StageFileError(f"{path}: this {what} is not valid JSON ({error}); {fix}") from None
+
+
+def parquet_schema(path: str | Path, *, missing_hint: str = "run the stage that writes it first (dvc repro)"
+                   ) -> dict[str, Any]:
+    """Column name -> polars dtype of a parquet file a stage wrote, read from its footer alone.
+
+    Raises:
+        FileNotFoundError: no file at `path` (the message ends with `missing_hint`).
+        StageFileError: not a readable parquet file (corrupt, truncated, another format), naming the file and the fix.
+    """
+    import polars as pl
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; {missing_hint}")
+    try:
+        return dict(pl.read_parquet_schema(path))
+    except (pl.exceptions.PolarsError, OSError) as error:
+        raise StageFileError(f"{path}: not a readable parquet file ({error}); {REBUILD}") from None
+
+
+def read_parquet(path: str | Path, columns: Sequence[str] | None = None, *, required: Sequence[str] = (),
+                 missing_hint: str = "run the stage that writes it first (dvc repro)"):
+    """A parquet file a stage wrote, as a polars DataFrame (only `columns` when given).
+
+    Raises:
+        FileNotFoundError: no file at `path` (the message ends with `missing_hint`).
+        StageFileError: the file is not readable parquet (corrupt, truncated, another format), or it lacks a column
+            of `columns` or `required` (written by other code); the message names the file, the cause and the fix.
+    """
+    import polars as pl
+
+    schema = parquet_schema(path, missing_hint=missing_hint)
+    absent = [name for name in dict.fromkeys([*(columns or []), *required]) if name not in schema]
+    if absent:
+        raise StageFileError(f"{path}: no column {', '.join(repr(n) for n in absent)} (it has {', '.join(schema)}); "
+                             f"it was written by other code or for another purpose; {REBUILD}")
+    try:
+        return pl.read_parquet(path, columns=list(columns) if columns is not None else None)
+    except (pl.exceptions.PolarsError, OSError) as error:  # a sound footer over damaged pages
+        raise StageFileError(f"{path}: not a readable parquet file ({error}); {REBUILD}") from None

@@ -8,10 +8,13 @@ from typing import Sequence
 
 import polars as pl
 
-from ragen.fileio import staged_file
+from ragen.fileio import REBUILD, StageFileError, parquet_schema, read_parquet, staged_file
 from ragen.records import Trajectory, Turn
 
 TRAJ_FIELDS = [f.name for f in dataclasses.fields(Trajectory)]
+# fields added later carry a default, so files written before them still read
+TRAJ_REQUIRED = [f.name for f in dataclasses.fields(Trajectory) if f.default is dataclasses.MISSING]
+TURN_REQUIRED = [f.name for f in dataclasses.fields(Turn) if f.default is dataclasses.MISSING]
 
 
 def to_frame(trajectories: Sequence[Trajectory]) -> pl.DataFrame:
@@ -49,24 +52,25 @@ def write_trajectories(path: str | Path, trajectories: Sequence[Trajectory],
         frame.write_parquet(tmp)
 
 
-def _written(path: str | Path) -> Path:
-    """`path` as a Path; a clear error naming it when the stage that writes it has not run."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; run the stage that writes it first (dvc repro)")
-    return path
-
-
 def read_trajectories(path: str | Path) -> list[Trajectory]:
-    return from_frame(pl.read_parquet(_written(path)))
+    """The trajectories `write_trajectories` stored; FileNotFoundError or StageFileError naming the file and the fix
+    when it is missing, unreadable, or not a trajectories file."""
+    frame = read_parquet(path, required=TRAJ_REQUIRED)
+    turn_type = frame.schema["turns"]
+    turn_fields = ({f.name for f in turn_type.inner.fields}
+                   if isinstance(turn_type, pl.List) and isinstance(turn_type.inner, pl.Struct) else set())
+    absent = [name for name in TURN_REQUIRED if name not in turn_fields]
+    if absent and len(frame):
+        raise StageFileError(f"{path}: its turns lack {', '.join(absent)}; it is not a trajectories file of this "
+                             f"version; {REBUILD}")
+    return from_frame(frame)
 
 
 def read_scores(path: str | Path) -> list[float] | None:
     """The `score` column `write_trajectories` stored, in row order; None for a file written without one."""
-    path = _written(path)
-    if "score" not in pl.read_parquet_schema(path):
+    if "score" not in parquet_schema(path):
         return None
-    return pl.read_parquet(path, columns=["score"])["score"].to_list()
+    return read_parquet(path, columns=["score"])["score"].to_list()
 
 
 def sample_table(trajectories: Sequence[Trajectory], limit: int = 32) -> dict[str, list]:
@@ -90,7 +94,7 @@ def instance_success_rates(path: str | Path, tag: str, seeds: Sequence[int], *, 
     Raises ValueError when an instance has no episode there, the instances have different episode counts
     (evaluations of other eval.episodes or eval.samples), or, with `samples`, any other count than that one
     (an evaluation left from another eval.samples), naming the file."""
-    table = pl.read_parquet(_written(path), columns=["tag", "seed", "success"]).filter(pl.col("tag") == tag)
+    table = read_parquet(path, columns=["tag", "seed", "success"]).filter(pl.col("tag") == tag)
     rates = table.group_by("seed").agg(pl.col("success").cast(pl.Float64).mean().alias("rate"),
                                        pl.len().alias("episodes"))
     found = dict(zip(rates["seed"].to_list(), zip(rates["rate"].to_list(), rates["episodes"].to_list())))

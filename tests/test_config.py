@@ -67,6 +67,9 @@ def test_overrides_win_and_are_checked(tmp_path):
     assert load_config(path, ["envs.val_size=16"]).envs.val_size == 16
     with pytest.raises(ConfigError, match="envs.vall_size"):
         load_config(path, ["envs.vall_size=16"])
+    # a key without a value (omegaconf would read it as null and blame the type)
+    with pytest.raises(ConfigError, match=r"override 'envs.val_size' is not key=value; write e.g. train.steps=10"):
+        load_config(path, ["envs.val_size"])
 
 
 def test_missing_file_is_clear(tmp_path):

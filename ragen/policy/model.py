@@ -27,7 +27,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from ragen.fileio import staged_dir
+from ragen.fileio import read_json, staged_dir
 
 META_FILE = "ragen_meta.json"
 
@@ -178,8 +178,9 @@ def save_meta(dest: str | Path, meta: dict[str, Any]) -> None:
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
+    """The ragen meta of a model folder ({} when it has none); StageFileError naming the file when it is corrupt."""
     file = Path(path) / META_FILE
-    return json.loads(file.read_text()) if file.exists() else {}
+    return read_json(file, "model meta file") if file.exists() else {}
 
 
 def count_parameters(model: torch.nn.Module) -> int:

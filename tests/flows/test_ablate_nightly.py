@@ -87,6 +87,15 @@ def test_ablation_set_runs_nests_reports_and_resumes(small, capsys):
     (out / "report.md").unlink()
     assert main(["report", "--ablation", "tiny"]) == 0 and (out / "report.md").exists()
 
+    # a run record damaged outside our writers: both commands name it and the fix, and the report is kept
+    (out / "s-s1" / "done.json").write_text('{"digest": "')
+    assert main(["report", "--ablation", "tiny"]) == 2
+    assert re.search(r"ragen report: .*s-s1/done.json: this run record is not valid JSON .*; delete it and run "
+                     r"`ragen ablate tiny`", capsys.readouterr().err)
+    assert main(["ablate", "tiny"]) == 2
+    assert "s-s1/done.json: this run record is not valid JSON" in capsys.readouterr().err
+    assert (out / "report.md").exists() and len(client.search_runs([experiment], "tags.`ragen.stage` = 'update'")) == 4
+
 
 @pytest.mark.slow
 def test_unknown_knob_fails_before_anything_runs(small, capsys):

@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2ForTokenClassification
 
+from ragen.fileio import StageFileError
 from ragen.policy import Policy, load_policy
 from ragen.policy.model import (ModelLoadError, build_critic, load_causal_lm, load_critic, pick_attn, read_meta,
                                 save_model)
@@ -116,6 +117,14 @@ def test_load_policy_follows_an_hf_meta(hf_dir, tmp_path):
     (tmp_path / "base").mkdir()
     (tmp_path / "base" / "ragen_meta.json").write_text(json.dumps({"source": "hf", "path": str(hf_dir)}))
     assert load_policy(tmp_path / "base", device="cpu").model.config.hidden_size == 64
+
+
+def test_a_damaged_meta_file_is_named_with_the_fix(policy, tmp_path):
+    save_model(policy.model, tmp_path / "policy", tokenizer=policy.tokenizer, meta={"source": "tiny"})
+    (tmp_path / "policy" / "ragen_meta.json").write_text('{"source": ')
+    with pytest.raises(StageFileError, match=r"policy/ragen_meta.json: this model meta file is not valid JSON .*; "
+                                             r"delete it and run `dvc repro`"):
+        load_policy(tmp_path / "policy", device="cpu")
 
 
 def test_missing_path_is_named(tmp_path):
