@@ -75,10 +75,14 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
     digest, history, start_step = config_digest(cfg)[:16], [], 0
     ckpt = Path(checkpoint_dir)
     models, optimizers = checkpoint_parts(learner)
-    if (read_checkpoint_meta(ckpt) or {}).get("digest") == digest:
+    saved = read_checkpoint_meta(ckpt)
+    if saved is not None and saved.get("digest") == digest:
         meta = load_checkpoint(ckpt, models=models, optimizers=optimizers)
         start_step, history = meta["step"], meta["history"]
         print(f"update | resuming from the checkpoint after step {start_step}")
+    elif saved is not None:  # a run of other params was killed here; its checkpoint is replaced at the first save
+        print(f"update | {ckpt} holds a checkpoint of other params (config digest {saved.get('digest')}, not "
+              f"{digest}); starting from step 0")
     with MlflowTracker.for_stage(cfg, "update") as tracker:
         for row in history:  # a resumed run carries the earlier steps' metrics
             tracker.log_metrics({k: v for k, v in row.items() if k != "step"}, step=int(row["step"]))

@@ -15,6 +15,7 @@ from flows.evaluate import evaluate
 from flows.filter import filter_rollouts
 from flows.rollout import rollout
 from flows.update import update_policy
+from ragen.checkpoint import CheckpointError
 from ragen.policy import load_policy
 from ragen.policy.model import read_meta
 from ragen.trajectory_io import read_scores, read_trajectories, write_trajectories
@@ -83,6 +84,25 @@ def test_resume_after_a_kill_ends_where_an_uninterrupted_run_ends(prepared):
     resumed = load_policy(project / "resumed", device="cpu").model.state_dict()
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
     assert not (project / "checkpoints/update").exists()
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_other_params_is_not_resumed_and_a_damaged_one_is_named(prepared, capsys):
+    project, params = prepared
+    ckpt = project / "checkpoints/update"
+    update_policy(params=params, overrides=SMALL, policy_dir=str(project / "p"), stop_after=3)  # killed
+    assert json.loads((ckpt / "meta.json").read_text())["step"] == 2
+    capsys.readouterr()
+    # other params: step 0 afresh, said aloud (one step saves nothing at checkpoint_every=2, so the old one stands)
+    update_policy(params=params, overrides=[*SMALL, "train.lr=0.002"], policy_dir=str(project / "p"), stop_after=1)
+    out = capsys.readouterr().out
+    assert "checkpoints/update holds a checkpoint of other params" in out and "starting from step 0" in out
+    assert "resuming" not in out and json.loads((ckpt / "meta.json").read_text())["step"] == 2
+    # the run's own params, over weights damaged since: the error names the checkpoint and the fix
+    (ckpt / "policy.safetensors").write_bytes(b"\0" * 64)
+    with pytest.raises(CheckpointError, match=r"(?s)checkpoint checkpoints/update cannot be restored .*; delete it "
+                                              r"\(rm -r checkpoints/update\) and the run starts again from step 0"):
+        update_policy(params=params, overrides=SMALL, policy_dir=str(project / "p"))
 
 
 @pytest.mark.slow
