@@ -333,6 +333,7 @@ def validate(config: Config) -> None:
         raise ConfigError("model.path: empty; model.source hf needs a local checkpoint directory")
     if config.model.hidden_size % config.model.num_heads or config.model.num_heads % config.model.num_kv_heads:
         raise ConfigError("model: hidden_size must be divisible by num_heads, and num_heads by num_kv_heads")
+    check_ranges(config)
     if not 0.0 < config.filter.keep_ratio <= 1.0:
         raise ConfigError(f"filter.keep_ratio must be in (0, 1], got {config.filter.keep_ratio}")
     if config.train.groups * config.train.group_size < 2 or config.train.group_size < 1:
@@ -381,6 +382,45 @@ def validate(config: Config) -> None:
                 raise ConfigError(
                     f"envs: {a} seeds [{a0}, {a1}) overlap {b} seeds [{b0}, {b1}); move envs.{b}_seed so splits stay disjoint"
                 )
+
+
+# numeric knobs and what each must be; a value outside stops the run before it starts, naming the key and the bound
+AT_LEAST_ONE = ["model.vocab_size", "model.hidden_size", "model.num_layers", "model.num_heads", "model.num_kv_heads",
+                "model.intermediate_size", "model.max_positions", "base.tokenizer_episodes", "base.episodes_per_env",
+                "base.steps", "base.batch_tokens", "base.eval_episodes", "rollout.max_turns",
+                "rollout.max_actions_per_turn", "rollout.max_new_tokens", "train.steps", "train.groups",
+                "train.group_size", "train.mini_batch_size", "train.eval_every", "train.eval_episodes",
+                "train.checkpoint_every", "eval.episodes"]
+NON_NEGATIVE = ["base.warmup_steps", "base.weight_decay", "train.weight_decay", "algo.entropy_coef", "algo.kl_coef",
+                "eval.temperature"]
+POSITIVE = ["base.lr", "train.lr", "critic.lr", "train.grad_clip", "critic.value_clip", "algo.clip_eps_high"]
+UNIT_INTERVAL = ["algo.gamma", "algo.lam", "algo.turn_gamma"]  # discounts and lambdas: [0, 1]
+
+
+def check_ranges(config: Config) -> None:
+    """The numeric bounds the schema's types cannot express (sizes, rates, discounts, clip constants)."""
+    flat = flatten(to_dict(config))
+    for key in AT_LEAST_ONE:
+        if flat[key] < 1:
+            raise ConfigError(f"{key} must be >= 1, got {flat[key]}")
+    for key in NON_NEGATIVE:
+        if flat[key] < 0:
+            raise ConfigError(f"{key} must be >= 0, got {flat[key]}")
+    for key in POSITIVE:
+        if not flat[key] > 0:
+            raise ConfigError(f"{key} must be > 0, got {flat[key]}")
+    for key in UNIT_INTERVAL:
+        if not 0.0 <= flat[key] <= 1.0:
+            raise ConfigError(f"{key} must be in [0, 1], got {flat[key]}")
+    a = config.algo
+    if not 0.0 < a.clip_eps_low < 1.0:
+        raise ConfigError(f"algo.clip_eps_low must be in (0, 1) (the ratio is clipped below at 1 - eps_low), got "
+                          f"{a.clip_eps_low}")
+    if a.dual_clip != 0 and not a.dual_clip > 1:
+        raise ConfigError(f"algo.dual_clip must be 0 (off) or > 1 (RAGEN: 3), got {a.dual_clip}")
+    if config.rollout.format_penalty > 0:
+        raise ConfigError(f"rollout.format_penalty must be <= 0 (a positive one would pay for malformed answers), got "
+                          f"{config.rollout.format_penalty}")
 
 
 def to_dict(config: Config) -> dict[str, Any]:

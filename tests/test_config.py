@@ -54,6 +54,18 @@ def write(tmp_path, text):
         ("algo:\n  shaping: solver\n  shaping_coef: 0\ntrain:\n  env: sokoban\n", "algo.shaping_coef must be > 0"),
         ("algo:\n  old_logprobs: sampler\n  loss_mask: all\n",
          "algo.old_logprobs sampler needs algo.loss_mask=assistant"),
+        # numeric bounds: each would otherwise fail part way (a modulo by zero at step 1) or train nonsense
+        ("train:\n  eval_every: 0\n", "train.eval_every must be >= 1, got 0"),
+        ("train:\n  checkpoint_every: 0\n", "train.checkpoint_every must be >= 1, got 0"),
+        ("train:\n  mini_batch_size: 0\n", "train.mini_batch_size must be >= 1, got 0"),
+        ("rollout:\n  max_turns: 0\n", "rollout.max_turns must be >= 1, got 0"),
+        ("train:\n  lr: -0.001\n", "train.lr must be > 0, got -0.001"),
+        ("critic:\n  value_clip: 0\n", "critic.value_clip must be > 0, got 0.0"),
+        ("algo:\n  kl_coef: -0.1\n", "algo.kl_coef must be >= 0, got -0.1"),
+        ("algo:\n  gamma: 1.5\n", "algo.gamma must be in [0, 1], got 1.5"),
+        ("algo:\n  clip_eps_low: 1.0\n", r"algo.clip_eps_low must be in \(0, 1\)"),
+        ("algo:\n  dual_clip: 0.5\n", r"algo.dual_clip must be 0 \(off\) or > 1 \(RAGEN: 3\), got 0.5"),
+        ("rollout:\n  format_penalty: 0.1\n", "rollout.format_penalty must be <= 0"),
     ],
 )
 def test_bad_params_name_the_key(tmp_path, text, message):
