@@ -7,13 +7,14 @@ counts and mean ceilings to one MLflow run.  Run: `python -m flows.envgen [key=v
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.common import run_stage, staged_dir, write_json
-from ragen.config import load_config, to_dict
+from ragen.config import load_config
 from ragen.instances import generate_instances, split_seeds, summarize_instances
 from ragen.tracking import MlflowTracker
 
@@ -31,7 +32,7 @@ def write_instance_table(tag: str, split: str, seeds: list[int], out: Path) -> d
 def envgen(params: str = "params.yaml", overrides: list[str] | None = None,
            out_dir: str = "data/envs", metrics_path: str = "metrics/envgen.json") -> dict[str, dict]:
     cfg = load_config(params, overrides or [])
-    seeds = split_seeds(**{k: v for k, v in to_dict(cfg)["envs"].items() if k != "tags"})
+    seeds = split_seeds(**{k: v for k, v in asdict(cfg.envs).items() if k != "tags"})
     summary: dict[str, dict] = {}
     timing: dict[str, float] = {}
     with MlflowTracker.for_stage(cfg, "envgen", tags={"ragen.env_tags": ",".join(cfg.envs.tags)}) as tracker:

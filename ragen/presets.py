@@ -20,9 +20,10 @@ its own.
 
 from __future__ import annotations
 
+from dataclasses import asdict, fields
 from functools import lru_cache
 
-from ragen.config import Config, flatten, load_config, to_dict
+from ragen.config import Config, flatten, load_config
 
 PRESETS: dict[str, list[str]] = {
     "starpo_s": ["algo.advantage=gae", "algo.reward_norm=identity", "filter.keep_ratio=0.25",
@@ -86,4 +87,5 @@ def _reference_sections(name: str) -> dict[str, object]:
 
 
 def _sections(config: Config) -> dict[str, object]:
-    return {key: value for key, value in flatten(to_dict(config)).items() if key.split(".", 1)[0] in PRESET_SECTIONS}
+    # in the config's own section order, reading only the preset's sections
+    return flatten({f.name: asdict(getattr(config, f.name)) for f in fields(config) if f.name in PRESET_SECTIONS})

@@ -1,0 +1,112 @@
+"""Every config key a stage reads is one of its DVC params, so `dvc repro` reruns it when that key changes: each
+stage runs in process on a small project while the config's fields record who reads them (slow)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+import flows.base
+import flows.critic_fit
+import flows.envgen
+import flows.evaluate
+import flows.filter
+import flows.report
+import flows.rollout
+import flows.update
+from ragen import config as config_module
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = """\
+envs: {tags: [sokoban, frozen_lake], train_size: 8, val_size: 4, test_size: 4}
+model: {vocab_size: 320, hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, intermediate_size: 64}
+base: {tokenizer_episodes: 4, episodes_per_env: 6, steps: 3, batch_tokens: 400, warmup_steps: 1, eval_episodes: 2}
+rollout: {max_new_tokens: 12}
+filter: {keep_ratio: 0.5}
+critic: {warmup_epochs: 2}
+train: {env: sokoban, steps: 2, groups: 2, group_size: 2, eval_every: 2, eval_episodes: 2, mini_batch_size: 4}
+eval: {episodes: 2}
+"""
+# where is the stage's flow function, and which module's load_config it calls
+STAGES = {"envgen": (flows.envgen, "envgen"), "base": (flows.base, "base"), "rollout": (flows.rollout, "rollout"),
+          "filter": (flows.filter, "filter_rollouts"), "critic_fit": (flows.critic_fit, "critic_fit"),
+          "update": (flows.update, "update_policy"), "evaluate": (flows.evaluate, "evaluate"),
+          "report": (flows.report, "report")}
+SECTIONS = {"envs": config_module.EnvsConfig, "model": config_module.ModelConfig, "base": config_module.BaseConfig,
+            "rollout": config_module.RolloutConfig, "filter": config_module.FilterConfig,
+            "critic": config_module.CriticConfig, "algo": config_module.AlgoConfig, "train": config_module.TrainConfig,
+            "eval": config_module.EvalConfig}  # not tracking: where runs are logged decides no output
+
+
+def not_for_an_output(frame) -> bool:
+    """A read under ragen.tracking (MLflow's params and tags, the preset a run is tagged with), under config_digest
+    (a checkpoint's and a run's identity) or by Prefect itself (it walks a task's arguments for its run record):
+    it decides no output. A dataclass copy (asdict, replace) counts: what it copies is used."""
+    if "/prefect/" in frame.f_code.co_filename:
+        return True
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.endswith("ragen/tracking.py") or code.co_name == "config_digest":
+            return True
+        frame = frame.f_back
+    return False
+
+
+class Reads:
+    """Field reads of the config's sections by the running stage: "section.key"."""
+
+    def __init__(self):
+        self.on, self.keys, self.mine = False, set(), set()
+
+    def install(self, monkeypatch):
+        for section, cls in SECTIONS.items():
+            fields = set(cls.__dataclass_fields__)
+
+            def getattribute(obj, name, section=section, fields=fields):
+                if (self.on and name in fields and id(obj) in self.mine
+                        and not not_for_an_output(sys._getframe(1))):
+                    self.keys.add(f"{section}.{name}")
+                return object.__getattribute__(obj, name)
+
+            monkeypatch.setattr(cls, "__getattribute__", getattribute)
+
+    def load_config_of(self, load_config):
+        def wrapped(*args, **kwargs):  # validation reads every key; what counts starts with the stage's own code
+            cfg = load_config(*args, **kwargs)
+            if not self.on:  # the stage's own config (not a preset's reference config built later)
+                self.mine = {id(getattr(cfg, section)) for section in SECTIONS}
+                self.on = True
+            return cfg
+        return wrapped
+
+
+def covered(key, params):
+    return key in params or key.split(".")[0] in params
+
+
+@pytest.mark.slow
+def test_every_config_key_a_stage_reads_is_one_of_its_dvc_params(prefect_harness, project, monkeypatch):
+    cfg = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.create(SMALL))
+    OmegaConf.save(cfg, project / "params.yaml")
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert set(stages) == set(STAGES)
+    reads = Reads()
+    reads.install(monkeypatch)
+    uncovered, read_by = {}, {}
+    for stage, (module, name) in STAGES.items():
+        monkeypatch.setattr(module, "load_config", reads.load_config_of(config_module.load_config))
+        reads.on, reads.keys, reads.mine = False, set(), set()
+        getattr(module, name)()
+        reads.on = False
+        read_by[stage] = reads.keys
+        missing = sorted(key for key in reads.keys if not covered(key, stages[stage].get("params", [])))
+        if missing:
+            uncovered[stage] = missing
+    # the recording works: each stage reads keys it is known to depend on
+    assert {"envs.tags", "envs.train_size"} <= read_by["envgen"] and "base.steps" in read_by["base"]
+    assert {"train.env", "rollout.max_turns"} <= read_by["rollout"] and "filter.keep_ratio" in read_by["filter"]
+    assert "critic.warmup_epochs" in read_by["critic_fit"] and "algo.clip_eps_high" in read_by["update"]
+    assert {"eval.temperature", "eval.samples"} <= read_by["evaluate"] and "train.steps" in read_by["report"]
+    assert not uncovered, f"config keys read by a stage but not among its params in dvc.yaml: {uncovered}"
