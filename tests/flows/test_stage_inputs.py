@@ -1,7 +1,9 @@
-"""Every config key a stage reads is one of its DVC params, so `dvc repro` reruns it when that key changes: each
-stage runs in process on a small project while the config's fields record who reads them (slow)."""
+"""Every config key a stage reads is one of its DVC params, and every project source file whose code it runs is one of
+its DVC deps, so `dvc repro` reruns the stage when either changes: each stage runs in process on a small project
+while the config's fields record who reads them and a profiler records which files' functions run (slow)."""
 
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -82,23 +84,58 @@ class Reads:
         return wrapped
 
 
+class Runs:
+    """The project's source files whose functions run while recording (ragen/ and flows/), relative to ROOT."""
+
+    def __init__(self):
+        self.files = set()
+        self.prefixes = (str(ROOT / "ragen") + "/", str(ROOT / "flows") + "/")
+
+    def __call__(self, frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(self.prefixes):
+            self.files.add(str(Path(frame.f_code.co_filename).relative_to(ROOT)))
+
+
+# files a stage runs that decide none of its outputs: MLflow logging, and the preset a run is tagged with (a preset
+# given as an override is resolved into the params DVC tracks); stage report writes the preset into its report
+NO_OUTPUT = {"ragen/tracking.py", "ragen/presets.py"}
+DECIDES_OUTPUT = {"report": {"ragen/presets.py"}}
+
+
+def in_deps(path, deps):
+    return any(path == dep or path.startswith(dep.rstrip("/") + "/") for dep in deps)
+
+
 def covered(key, params):
     return key in params or key.split(".")[0] in params
 
 
 @pytest.mark.slow
-def test_every_config_key_a_stage_reads_is_one_of_its_dvc_params(prefect_harness, project, monkeypatch):
+def test_every_config_key_and_source_file_a_stage_uses_is_declared_in_dvc_yaml(prefect_harness, project, monkeypatch):
     cfg = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.create(SMALL))
     OmegaConf.save(cfg, project / "params.yaml")
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     assert set(stages) == set(STAGES)
     reads = Reads()
     reads.install(monkeypatch)
-    uncovered, read_by = {}, {}
+    uncovered, read_by, undeclared, ran = {}, {}, {}, {}
     for stage, (module, name) in STAGES.items():
         monkeypatch.setattr(module, "load_config", reads.load_config_of(config_module.load_config))
         reads.on, reads.keys, reads.mine = False, set(), set()
-        getattr(module, name)()
+        runs = Runs()
+        threading.setprofile(runs)
+        sys.setprofile(runs)
+        try:
+            getattr(module, name)()
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)
+        deps = stages[stage]["deps"]
+        missing_files = sorted(f for f in runs.files - (NO_OUTPUT - DECIDES_OUTPUT.get(stage, set()))
+                               if not in_deps(f, deps))
+        if missing_files:
+            undeclared[stage] = missing_files
+        ran[stage] = runs.files
         reads.on = False
         read_by[stage] = reads.keys
         missing = sorted(key for key in reads.keys if not covered(key, stages[stage].get("params", [])))
@@ -110,3 +147,9 @@ def test_every_config_key_a_stage_reads_is_one_of_its_dvc_params(prefect_harness
     assert "critic.warmup_epochs" in read_by["critic_fit"] and "algo.clip_eps_high" in read_by["update"]
     assert {"eval.temperature", "eval.samples"} <= read_by["evaluate"] and "train.steps" in read_by["report"]
     assert not uncovered, f"config keys read by a stage but not among its params in dvc.yaml: {uncovered}"
+    # and the profiler works: each stage runs the code it is known to run
+    assert "ragen/instances.py" in ran["envgen"] and "ragen/warmstart.py" in ran["base"]
+    assert {"ragen/rollout.py", "ragen/envs/sokoban.py"} <= ran["rollout"] and "ragen/filters.py" in ran["filter"]
+    assert "ragen/batching.py" in ran["critic_fit"] and {"ragen/losses.py", "ragen/update.py"} <= ran["update"]
+    assert "ragen/evaluation.py" in ran["evaluate"] and "ragen/report.py" in ran["report"]
+    assert not undeclared, f"project files a stage runs but not among its deps in dvc.yaml: {undeclared}"
