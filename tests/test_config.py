@@ -16,6 +16,18 @@ def test_shipped_params_load_into_the_schema():
     assert "sokoban" in cfg.envs.tags
 
 
+def test_shipped_params_name_every_key_dvc_should_track():
+    # DVC tracks what params.yaml holds: a key left to the schema's default is invisible to `dvc params diff` and
+    # `dvc exp show`. Only the run-identity keys that `ragen ablate` sets per run stay out.
+    from omegaconf import OmegaConf
+
+    shipped = set(flatten(OmegaConf.to_container(OmegaConf.load(ROOT / "params.yaml"))))
+    schema = set(flatten(to_dict(Config())))
+    set_per_run = {"tracking.pipeline_run", "tracking.parent_run_id", "tracking.ablation_set", "tracking.variant"}
+    assert schema - shipped == set_per_run
+    assert shipped <= schema
+
+
 def write(tmp_path, text):
     path = tmp_path / "params.yaml"
     path.write_text(text)
