@@ -42,7 +42,8 @@ over instances compares one trained policy with the base, and at a large step si
 either side of it. Every seed plays the same instances, so the error holds the spread over instances once (of the
 gaps averaged over seeds) and the spread between the seeds' gaps (`ragen.evaluation.mean_and_se_over_seeds`); the
 per-seed paired errors are not averaged as if each seed had its own instances. With --reuse, a run already trained
-and measured (its bench.json) is read back, so seeds can be added one at a time; a bench.json from before the
+and measured (its bench.json) with the same params, source code and base is read back, so seeds can be added one at a
+time (after an edit under ragen/ or flows/ it is trained again); a bench.json from before the
 per-instance gaps gets them (val and test from its evaluations' parquet files, the pool rows by playing those
 instances again, about a minute a run).
 

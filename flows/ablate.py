@@ -14,6 +14,7 @@ Run: `ragen ablate SET [--workers N] [--dry-run] [key=value ...]` or `python -m 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import shutil
@@ -42,22 +43,48 @@ from ragen.tracking import MlflowTracker
 from ragen.trajectory_io import instance_success_rates
 
 
+SOURCE_ROOT = Path(__file__).resolve().parents[1]  # the checkout whose ragen/ and flows/ run
+
+
+def tree_digest(path: str | Path, pattern: str = "*") -> str:
+    """sha256 (hex) of the files under `path` that match `pattern`: each one's relative path and bytes, in sorted
+    order; of a single file, its bytes; "" when nothing is there."""
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(p for p in path.rglob(pattern) if p.is_file()) if path.is_dir() else []
+    if not files:
+        return ""
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(str(file.relative_to(path) if file != path else file.name).encode() + b"\0")
+        digest.update(file.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def source_digest() -> str:
+    """sha256 of the project's source code (every .py under ragen/ and flows/), so that a result recorded by one
+    version of the code is not read back as another's."""
+    return tree_digest(SOURCE_ROOT / "ragen", "*.py") + tree_digest(SOURCE_ROOT / "flows", "*.py")
+
+
 def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.yaml", envs_dir: str = "data/envs",
                 base_dir: str = "models/base", base_metrics: str = "metrics/base.json", force: bool = False
                 ) -> dict[str, Any]:
     """rollout -> filter -> critic_fit -> update -> evaluate -> report of one configuration into `out`.
 
     Returns update's summary (val success, timings), evaluate's results and the wall time (wall_s). Skipped, with
-    the results read back, when `out/done.json` records the same config digest (unless `force`).
+    the results read back, when `out/done.json` records the same run digest (unless `force`): the same config
+    (tracking aside), the same source code (ragen/ and flows/) and the same base policy files.
     """
     overrides = list(overrides)
     cfg = load_config(params, overrides)
-    digest = config_digest(cfg)[:16]
+    digest = config_digest(cfg, source_digest(), tree_digest(base_dir))[:16]
     done = out / "done.json"
     record = read_json(done, "run record", "delete it and this run is rerun") if done.exists() and not force else {}
     if record.get("digest") == digest:
         print(f"ablate | {out} is up to date, not rerun")
         return record["results"]
+    if record:
+        print(f"ablate | {out} was run with other params, code or base policy; running it again")
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     common = dict(params=params, overrides=overrides)

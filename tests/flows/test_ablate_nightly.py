@@ -49,7 +49,7 @@ def client_for(project):
 
 
 @pytest.mark.slow
-def test_ablation_set_runs_nests_reports_and_resumes(small, capsys):
+def test_ablation_set_runs_nests_reports_and_resumes(small, capsys, monkeypatch):
     assert main(["ablate", "tiny"]) == 0
     out = small / "ablations" / "tiny"
     for run in ("grpo-s0", "grpo-s1", "s-s0", "s-s1"):
@@ -87,6 +87,13 @@ def test_ablation_set_runs_nests_reports_and_resumes(small, capsys):
     (out / "report.md").unlink()
     assert main(["report", "--ablation", "tiny"]) == 0 and (out / "report.md").exists()
 
+    # other code (any edit under ragen/ or flows/): the recorded results are not taken for this code's
+    monkeypatch.setattr("flows.ablate.source_digest", lambda: "edited")
+    assert main(["ablate", "tiny"]) == 0
+    text = capsys.readouterr().out
+    assert "is up to date" not in text and text.count("was run with other params, code or base policy") == 4
+    assert len(client.search_runs([experiment], "tags.`ragen.stage` = 'update'")) == 8
+
     # a run record damaged outside our writers: both commands name it and the fix, and the report is kept
     (out / "s-s1" / "done.json").write_text('{"digest": "')
     assert main(["report", "--ablation", "tiny"]) == 2
@@ -94,7 +101,7 @@ def test_ablation_set_runs_nests_reports_and_resumes(small, capsys):
                      r"`ragen ablate tiny`", capsys.readouterr().err)
     assert main(["ablate", "tiny"]) == 2
     assert "s-s1/done.json: this run record is not valid JSON" in capsys.readouterr().err
-    assert (out / "report.md").exists() and len(client.search_runs([experiment], "tags.`ragen.stage` = 'update'")) == 4
+    assert (out / "report.md").exists() and len(client.search_runs([experiment], "tags.`ragen.stage` = 'update'")) == 8
 
 
 @pytest.mark.slow

@@ -1,0 +1,29 @@
+"""What decides whether `ragen ablate` (and bench_learning's --reuse) may read a finished run back: the digests of
+the source code and of the base policy's files."""
+
+from flows.ablate import SOURCE_ROOT, source_digest, tree_digest
+
+
+def test_tree_digest_follows_paths_and_bytes_of_the_matching_files(tmp_path):
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    (tmp_path / "pkg" / "sub" / "b.py").write_text("y = 2\n")
+    (tmp_path / "pkg" / "notes.txt").write_text("not code")
+    first = tree_digest(tmp_path / "pkg", "*.py")
+    assert len(first) == 64 and first == tree_digest(tmp_path / "pkg", "*.py")
+    (tmp_path / "pkg" / "notes.txt").write_text("edited, still not code")
+    assert tree_digest(tmp_path / "pkg", "*.py") == first  # only the pattern's files count
+    (tmp_path / "pkg" / "sub" / "b.py").write_text("y = 3\n")
+    edited = tree_digest(tmp_path / "pkg", "*.py")
+    assert edited != first
+    (tmp_path / "pkg" / "sub" / "b.py").rename(tmp_path / "pkg" / "c.py")  # same bytes, another module
+    assert tree_digest(tmp_path / "pkg", "*.py") not in (first, edited)
+    # a single file: its bytes; nothing there: ""
+    assert tree_digest(tmp_path / "pkg" / "a.py") != "" and tree_digest(tmp_path / "none") == ""
+
+
+def test_source_digest_covers_the_library_and_the_flows():
+    assert (SOURCE_ROOT / "ragen" / "losses.py").is_file() and (SOURCE_ROOT / "flows" / "ablate.py").is_file()
+    digest = source_digest()
+    assert digest == tree_digest(SOURCE_ROOT / "ragen", "*.py") + tree_digest(SOURCE_ROOT / "flows", "*.py")
+    assert len(digest) == 128 and source_digest() == digest
