@@ -336,7 +336,7 @@ def validate(config: Config) -> None:
     check_ranges(config)
     if not 0.0 < config.filter.keep_ratio <= 1.0:
         raise ConfigError(f"filter.keep_ratio must be in (0, 1], got {config.filter.keep_ratio}")
-    if config.train.groups * config.train.group_size < 2 or config.train.group_size < 1:
+    if config.train.groups * config.train.group_size < 2:
         raise ConfigError("train: need groups * group_size >= 2 trajectories per step")
     if a.outcome != "return" and a.reward_placement != "last":
         raise ConfigError(f"algo.outcome {a.outcome} scores whole trajectories, so it needs algo.reward_placement=last "
@@ -353,25 +353,10 @@ def validate(config: Config) -> None:
         if a.shaping_coef <= 0:
             raise ConfigError(f"algo.shaping_coef must be > 0 (a negative one would pay for moving away from the "
                               f"solution), got {a.shaping_coef}")
-    if a.first_action_coef < 0:
-        raise ConfigError(f"algo.first_action_coef must be >= 0 (a negative one would pay for a template), got "
-                          f"{a.first_action_coef}")
     if a.old_logprobs == "sampler" and a.loss_mask != "assistant":
         raise ConfigError(f"algo.old_logprobs sampler needs algo.loss_mask=assistant: loss_mask {a.loss_mask} also "
                           "trains on environment tokens, which the sampler did not draw and has no log-prob for; use "
                           "algo.old_logprobs=rescore")
-    if config.eval.samples < 1:
-        raise ConfigError(f"eval.samples must be >= 1 (episodes per val or test instance), got {config.eval.samples}")
-    if config.train.ppo_epochs < 1:
-        raise ConfigError(f"train.ppo_epochs must be >= 1, got {config.train.ppo_epochs}")
-    if config.critic.warmup_epochs < 0:
-        raise ConfigError(f"critic.warmup_epochs must be >= 0 (0: the critic starts unwarmed, a zero value head), got "
-                          f"{config.critic.warmup_epochs}")
-    if config.critic.ppo_epochs < 0:
-        raise ConfigError(f"critic.ppo_epochs must be >= 0 (0: as many as train.ppo_epochs), got "
-                          f"{config.critic.ppo_epochs}")
-    if config.train.max_optimal_moves < 0:
-        raise ConfigError(f"train.max_optimal_moves must be >= 0 (0: no limit), got {config.train.max_optimal_moves}")
     if not 0.0 < config.rollout.top_p <= 1.0 or config.rollout.temperature < 0 or config.rollout.top_k < 0:
         raise ConfigError("rollout: need 0 < top_p <= 1, temperature >= 0 and top_k >= 0")
     splits = list(ranges)
@@ -384,34 +369,35 @@ def validate(config: Config) -> None:
                 )
 
 
-# numeric knobs and what each must be; a value outside stops the run before it starts, naming the key and the bound
+# numeric knobs and the bound each must keep; a value outside stops the run before it starts, naming the key and the
+# bound (and, from HINTS, what the edge value means)
 AT_LEAST_ONE = ["model.vocab_size", "model.hidden_size", "model.num_layers", "model.num_heads", "model.num_kv_heads",
                 "model.intermediate_size", "model.max_positions", "base.tokenizer_episodes", "base.episodes_per_env",
                 "base.steps", "base.batch_tokens", "base.eval_episodes", "rollout.max_turns",
                 "rollout.max_actions_per_turn", "rollout.max_new_tokens", "train.steps", "train.groups",
-                "train.group_size", "train.mini_batch_size", "train.eval_every", "train.eval_episodes",
-                "train.checkpoint_every", "eval.episodes"]
-NON_NEGATIVE = ["base.warmup_steps", "base.weight_decay", "train.weight_decay", "algo.entropy_coef", "algo.kl_coef",
-                "eval.temperature"]
+                "train.group_size", "train.mini_batch_size", "train.ppo_epochs", "train.eval_every",
+                "train.eval_episodes", "train.checkpoint_every", "eval.episodes", "eval.samples"]
+NON_NEGATIVE = ["base.warmup_steps", "base.weight_decay", "train.weight_decay", "train.max_optimal_moves",
+                "critic.warmup_epochs", "critic.ppo_epochs", "algo.entropy_coef", "algo.kl_coef",
+                "algo.first_action_coef", "eval.temperature"]
 POSITIVE = ["base.lr", "train.lr", "critic.lr", "train.grad_clip", "critic.value_clip", "algo.clip_eps_high"]
-UNIT_INTERVAL = ["algo.gamma", "algo.lam", "algo.turn_gamma"]  # discounts and lambdas: [0, 1]
+UNIT_INTERVAL = ["algo.gamma", "algo.lam", "algo.turn_gamma"]  # discounts and lambdas
+BOUNDS = [(AT_LEAST_ONE, ">= 1", lambda x: x >= 1), (NON_NEGATIVE, ">= 0", lambda x: x >= 0),
+          (POSITIVE, "> 0", lambda x: x > 0), (UNIT_INTERVAL, "in [0, 1]", lambda x: 0.0 <= x <= 1.0)]
+HINTS = {"eval.samples": "episodes per val or test instance", "train.max_optimal_moves": "0: no limit",
+         "critic.warmup_epochs": "0: the critic starts unwarmed, a zero value head",
+         "critic.ppo_epochs": "0: as many as train.ppo_epochs",
+         "algo.first_action_coef": "a negative one would pay for a template"}
 
 
 def check_ranges(config: Config) -> None:
     """The numeric bounds the schema's types cannot express (sizes, rates, discounts, clip constants)."""
     flat = flatten(to_dict(config))
-    for key in AT_LEAST_ONE:
-        if flat[key] < 1:
-            raise ConfigError(f"{key} must be >= 1, got {flat[key]}")
-    for key in NON_NEGATIVE:
-        if flat[key] < 0:
-            raise ConfigError(f"{key} must be >= 0, got {flat[key]}")
-    for key in POSITIVE:
-        if not flat[key] > 0:
-            raise ConfigError(f"{key} must be > 0, got {flat[key]}")
-    for key in UNIT_INTERVAL:
-        if not 0.0 <= flat[key] <= 1.0:
-            raise ConfigError(f"{key} must be in [0, 1], got {flat[key]}")
+    for keys, bound, holds in BOUNDS:
+        for key in keys:
+            if not holds(flat[key]):
+                hint = f" ({HINTS[key]})" if key in HINTS else ""
+                raise ConfigError(f"{key} must be {bound}{hint}, got {flat[key]}")
     a = config.algo
     if not 0.0 < a.clip_eps_low < 1.0:
         raise ConfigError(f"algo.clip_eps_low must be in (0, 1) (the ratio is clipped below at 1 - eps_low), got "
