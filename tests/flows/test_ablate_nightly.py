@@ -2,17 +2,15 @@
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from omegaconf import OmegaConf
 
 from flows.base import base
 from flows.cli import main
 from flows.envgen import envgen
+from smallproject import write_params
 
-ROOT = Path(__file__).resolve().parents[2]
 SMALL = """\
 envs: {tags: [bandit, bandit_test], train_size: 16, val_size: 6, test_size: 4}
 model: {vocab_size: 320, hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, intermediate_size: 64}
@@ -35,8 +33,7 @@ tiny:
 
 @pytest.fixture
 def small(prefect_harness, project):
-    cfg = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.create(SMALL))
-    OmegaConf.save(cfg, project / "params.yaml")
+    write_params(project, small=SMALL)
     (project / "ablations.yaml").write_text(ABLATIONS)
     envgen()
     base()

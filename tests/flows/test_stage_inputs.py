@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from omegaconf import OmegaConf
 
 import flows.base
 import flows.critic_fit
@@ -19,18 +18,8 @@ import flows.report
 import flows.rollout
 import flows.update
 from ragen import config as config_module
+from smallproject import ROOT, write_params
 
-ROOT = Path(__file__).resolve().parents[2]
-SMALL = """\
-envs: {tags: [sokoban, frozen_lake], train_size: 8, val_size: 4, test_size: 4}
-model: {vocab_size: 320, hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, intermediate_size: 64}
-base: {tokenizer_episodes: 4, episodes_per_env: 6, steps: 3, batch_tokens: 400, warmup_steps: 1, eval_episodes: 2}
-rollout: {max_new_tokens: 12}
-filter: {keep_ratio: 0.5}
-critic: {warmup_epochs: 2}
-train: {env: sokoban, steps: 2, groups: 2, group_size: 2, eval_every: 2, eval_episodes: 2, mini_batch_size: 4}
-eval: {episodes: 2}
-"""
 # where is the stage's flow function, and which module's load_config it calls
 STAGES = {"envgen": (flows.envgen, "envgen"), "base": (flows.base, "base"), "rollout": (flows.rollout, "rollout"),
           "filter": (flows.filter, "filter_rollouts"), "critic_fit": (flows.critic_fit, "critic_fit"),
@@ -112,8 +101,7 @@ def covered(key, params):
 
 @pytest.mark.slow
 def test_every_config_key_and_source_file_a_stage_uses_is_declared_in_dvc_yaml(prefect_harness, project, monkeypatch):
-    cfg = OmegaConf.merge(OmegaConf.load(ROOT / "params.yaml"), OmegaConf.create(SMALL))
-    OmegaConf.save(cfg, project / "params.yaml")
+    write_params(project)
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     assert set(stages) == set(STAGES)
     reads = Reads()
@@ -149,7 +137,7 @@ def test_every_config_key_and_source_file_a_stage_uses_is_declared_in_dvc_yaml(p
     assert not uncovered, f"config keys read by a stage but not among its params in dvc.yaml: {uncovered}"
     # and the profiler works: each stage runs the code it is known to run
     assert "ragen/instances.py" in ran["envgen"] and "ragen/warmstart.py" in ran["base"]
-    assert {"ragen/rollout.py", "ragen/envs/sokoban.py"} <= ran["rollout"] and "ragen/filters.py" in ran["filter"]
+    assert {"ragen/rollout.py", "ragen/envs/frozen_lake.py"} <= ran["rollout"] and "ragen/filters.py" in ran["filter"]
     assert "ragen/batching.py" in ran["critic_fit"] and {"ragen/losses.py", "ragen/update.py"} <= ran["update"]
     assert "ragen/evaluation.py" in ran["evaluate"] and "ragen/report.py" in ran["report"]
     assert not undeclared, f"project files a stage runs but not among its deps in dvc.yaml: {undeclared}"
