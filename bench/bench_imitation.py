@@ -77,8 +77,9 @@ def main() -> None:
             fit_seeds = read_seeds(envs_dir, env, "train")[:FIT_EPISODES]
             fit, _ = evaluate_policy(policy, env, fit_seeds, cfg.rollout, temperature=cfg.eval.temperature,
                                      seed=cfg.train.seed)
-            result = evaluate(overrides=overrides, envs_dir=str(envs_dir), policy_dir=str(out / "policy"),
-                              metrics_path=str(out / "eval.json"), trajectories_out=str(out / "eval.parquet"))
+            result = evaluate(overrides=[*overrides, "eval.against_base=false"], envs_dir=str(envs_dir),
+                              policy_dir=str(out / "policy"), metrics_path=str(out / "eval.json"),
+                              trajectories_out=str(out / "eval.parquet"))
             rows.append((env, demos, count_parameters(policy.model), built_row["wall_s"], fit["success_rate"],
                          result[env]["val"], result[env]["test"]))
     print(f"\n# imitation benchmark | {args.steps} supervised steps | success at T {cfg.eval.temperature} "

@@ -408,7 +408,9 @@ def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, en
     a run whose bench.json is newer than its done.json (not trained since) is read back instead of evaluated again."""
     extra = [*args.overrides, *([f"train.seed={seed}"] if seed is not None else [])]
     out = runs / run_name(env, args.steps, extra, args.train_size)
-    overrides = [f"preset={args.preset}", f"train.env={env}", f"train.steps={args.steps}", *extra]
+    # eval.against_base off: the base is evaluated once below, on the same episodes, for the paired figures
+    overrides = [f"preset={args.preset}", f"train.env={env}", f"train.steps={args.steps}",
+                 "eval.against_base=false", *extra]
     out.mkdir(parents=True, exist_ok=True)
     (out / "overrides.txt").write_text("\n".join(overrides) + "\n")  # first: a killed run says what it was
     summary = rl_pipeline(overrides, out, envs_dir=envs_dir, base_dir=base_dir, base_metrics=base_metrics,

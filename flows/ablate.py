@@ -98,7 +98,7 @@ def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.ya
                             rollouts=str(out / "filtered.parquet"), policy_dir=str(out / "policy"),
                             critic_out=str(out / "critic"), metrics_path=str(out / "train.json"),
                             steps_csv=str(out / "train_steps.csv"), checkpoint_dir=str(out / "checkpoint"))
-    results = evaluate(**common, envs_dir=envs_dir, policy_dir=str(out / "policy"),
+    results = evaluate(**common, envs_dir=envs_dir, policy_dir=str(out / "policy"), base_dir=base_dir,
                        metrics_path=str(out / "eval.json"), trajectories_out=str(out / "eval.parquet"))
     if Path(base_metrics).exists():
         shutil.copyfile(base_metrics, out / "base.json")

@@ -31,9 +31,12 @@ class RegressionError(RuntimeError):
 
 
 def entry_metrics(name: str, summary: dict) -> dict[str, float]:
-    env, train = summary["env"], summary["train"]
+    """An entry's figures; `val_gap` (stage evaluate's trained-minus-base val success, paired) when eval.against_base
+    was on."""
+    env, train, val = summary["env"], summary["train"], summary["eval"][summary["env"]]["val"]
     return {f"{name}/val_success": train[f"val/{env}/success"],
             f"{name}/test_success": summary["eval"][env]["test"]["success_rate"],
+            **({f"{name}/val_gap": val["success_gap"]} if "success_gap" in val else {}),
             f"{name}/seconds_per_step": sum(train[f"timing/{p}_s_mean"] for p in ("rollout", "score", "update")),
             f"{name}/rollout_tokens_per_s": train["perf/rollout_tokens_per_s_mean"]}
 

@@ -20,7 +20,7 @@ from ragen.config import Config, load_config
 from ragen.fileio import read_json, write_text
 from ragen.presets import describe_preset
 from ragen.report import (STD_DROP, TEMPLATE_DROP, TEMPLATE_MI, TEMPLATE_WINDOW, Series, echo_trap, fall_in_se,
-                          markdown_table, plot_curves, read_steps_csv, template_collapse, to_series)
+                          gap_text, markdown_table, plot_curves, read_steps_csv, template_collapse, to_series)
 from ragen.tracking import MlflowTracker, preset_of
 
 
@@ -48,14 +48,16 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, series: Series, trap: dict
         "",
         "## Result",
         "",
-        f"Val success of `{env}` at temperature {cfg.eval.temperature}: **{start:.3f} before RL -> {final:.3f} after "
-        f"{cfg.train.steps} steps**.",
+        headline(env, evaluation[env]["val"], cfg.eval.temperature),
+        f"In-loop val ({cfg.train.eval_episodes} episodes every {cfg.train.eval_every} steps, the curve below): "
+        f"{start:.3f} before RL -> {final:.3f} after {cfg.train.steps} steps.",
         "",
-        markdown_table(["env", "split", "success", "± se", "ceiling", "of ceiling", "return", "format-valid",
-                        "episodes", "first-action entropy", "top first action"],
-                       [(tag, split, r["success_rate"], r["success_se"], r["success_ceiling"],
-                         f"{r['success_of_ceiling']:.1%}", r["return_mean"], r["format_valid_rate"], r["episodes"],
-                         r.get("first_action_entropy", math.nan), r.get("first_action_top_share", math.nan))
+        markdown_table(["env", "split", "success", "± se", "base", "gap (paired)", "ceiling", "of ceiling", "return",
+                        "format-valid", "episodes", "first-action entropy", "top first action"],
+                       [(tag, split, r["success_rate"], r["success_se"], r.get("base_success_rate", math.nan),
+                         gap_cell(r), r["success_ceiling"], f"{r['success_of_ceiling']:.1%}", r["return_mean"],
+                         r["format_valid_rate"], r["episodes"], r.get("first_action_entropy", math.nan),
+                         r.get("first_action_top_share", math.nan))
                         for tag, splits in evaluation.items() for split, r in splits.items()]),
         "",
         "## Training curves",
@@ -87,6 +89,21 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, series: Series, trap: dict
         "",
     ]
     return "\n".join(lines)
+
+
+def headline(env: str, val: dict, temperature: float) -> str:
+    """The result in one sentence: stage evaluate's val success of the trained policy, against the base's on the same
+    episodes when eval.json has it (eval.against_base)."""
+    where = f"Val success of `{env}` at temperature {temperature} (stage evaluate, {val['episodes']} episodes)"
+    if "success_gap" not in val:
+        return f"{where}: **{val['success_rate']:.3f}** (eval.against_base was off: no base figure)."
+    return (f"{where}: **{val['base_success_rate']:.3f} for the base policy -> {val['success_rate']:.3f} trained, gap "
+            f"{gap_text(val['success_gap'], val['success_gap_se'])}**, paired over the same instances.")
+
+
+def gap_cell(split: dict) -> str:
+    """A table cell for a split's trained-minus-base gap ('+0.375 ± 0.031 (+12.1 SE)'), or '' without one."""
+    return gap_text(split["success_gap"], split["success_gap_se"]) if "success_gap" in split else ""
 
 
 def fall_sentence(trap: dict, episodes: int) -> str:

@@ -196,6 +196,9 @@ class EvalConfig:
     temperature: float = 0.5  # RAGEN's validation temperature
     episodes: int = 256  # instances per split (at most the split's size); RAGEN validates on 256 fixed seeds
     samples: int = 1  # episodes per instance (RAGEN: 1); more estimate each instance's success rate more tightly
+    # stage evaluate also plays the base policy (models/base) on the same instances with the same random stream, so
+    # eval.json holds the base's success and the paired trained-minus-base gap with its standard error
+    against_base: bool = True
 
 
 @dataclass

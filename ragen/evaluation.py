@@ -61,6 +61,24 @@ def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(sum((x - mean) ** 2 for x in values) / (n - 1) / n)
 
 
+def paired_gap(trained: Sequence[Trajectory], base: Sequence[Trajectory], instances: int) -> tuple[float, float]:
+    """Trained-minus-base success over the same instances, and its paired standard error (`mean_and_se`):
+
+        d_i = s_trained,i - s_base,i   (`instance_success` of each, same instances in the same order)
+        gap = mean_i d_i,   se = sd_i(d_i) / sqrt(n)
+
+    Both evaluations must lay out the same `instances` pass by pass (`evaluate_policy` on the same seeds).
+    """
+    if len(base) != len(trained):
+        raise ValueError(f"the base evaluation played {len(base)} episodes and the trained one {len(trained)}: a "
+                         "paired gap needs the same instances and samples for both")
+    if any((t.tag, t.seed) != (b.tag, b.seed) for t, b in zip(trained, base)):
+        raise ValueError("the trained and base evaluations played other instances: a paired gap needs the same seeds "
+                         "in the same order")
+    mine, theirs = instance_success(trained, instances), instance_success(base, instances)
+    return mean_and_se([a - b for a, b in zip(mine, theirs)])
+
+
 def mean_and_se_over_seeds(gaps: Sequence[Sequence[float]]) -> tuple[float, float, float]:
     """Mean of per-instance gaps d_si (S training seeds x n instances, the same instances for every seed) and the
     two parts of its standard error.

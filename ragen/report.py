@@ -118,6 +118,12 @@ def fall_in_se(best: float, last: float, episodes: int) -> float:
     return (best - last) / math.sqrt(variance) if variance > 0 else math.nan
 
 
+def gap_text(gap: float, se: float) -> str:
+    """A success gap with its standard error and their ratio: '+0.375 ± 0.031 (+12.1 SE)' ('+0.000 ± 0.000' when
+    the error is 0: identical per-instance results)."""
+    return f"{gap:+.3f} ± {se:.3f}" + (f" ({gap / se:+.1f} SE)" if se > 0 else "")
+
+
 def trailing_means(values: Sequence[float], window: int) -> list[float]:
     """m_i = mean(v_{i-window+1}, ..., v_i), over the values there are at the start."""
     return [sum(values[max(0, i - window + 1):i + 1]) / (i + 1 - max(0, i - window + 1)) for i in range(len(values))]

@@ -1,12 +1,14 @@
 """Evaluation: several episodes per instance, per-instance success and its standard error over instances."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from ragen.config import RolloutConfig
-from ragen.evaluation import evaluate_policy, instance_success, mean_and_se, mean_and_se_over_seeds
+from ragen.evaluation import (evaluate_policy, instance_success, mean_and_se, mean_and_se_over_seeds,
+                              paired_gap)
 from ragen.policy import Policy
 from ragen.policy.model import build_tiny_model
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
@@ -71,3 +73,22 @@ def test_instance_success_needs_whole_passes(policy):
     _, trajectories = evaluate_policy(policy, "bandit", [1, 2], RolloutConfig(max_new_tokens=8), temperature=1.0)
     with pytest.raises(ValueError, match="not whole passes over 3 instances"):
         instance_success(trajectories, 3)
+
+
+def test_paired_gap_by_hand(policy):
+    _, played = evaluate_policy(policy, "bandit", [1, 2, 3], RolloutConfig(max_new_tokens=8), temperature=1.0,
+                                samples=2)
+
+    def outcomes(successes):  # the same six episodes (3 instances x 2 passes) with the given successes
+        return [replace(t, success=bool(s)) for t, s in zip(played, successes)]
+    # pass by pass: instance i is episodes i and 3 + i
+    trained = outcomes([1, 1, 0, 1, 0, 0])  # per instance 1, 0.5, 0
+    base = outcomes([0, 1, 0, 0, 0, 1])  # per instance 0, 0.5, 0.5
+    # d = 1, 0, -0.5: mean 1/6; unbiased var ((5/6)^2 + (1/6)^2 + (2/3)^2) / 2 = 7/12; se = sqrt(7/12 / 3)
+    gap, se = paired_gap(trained, base, 3)
+    assert gap == pytest.approx(1 / 6) and se == pytest.approx(math.sqrt(7 / 36))
+    assert paired_gap(base, base, 3) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="base evaluation played 3 episodes and the trained one 6"):
+        paired_gap(trained, base[:3], 3)
+    with pytest.raises(ValueError, match="played other instances"):
+        paired_gap(trained, base[::-1], 3)

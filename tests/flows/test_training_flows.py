@@ -71,6 +71,20 @@ def test_training_stages_end_to_end(prepared):
     assert {"first_action_entropy", "first_action_top_share"} <= set(results["bandit"]["val"])
     assert "first_action_mi" not in results["bandit"]["val"]
     assert json.loads((project / "metrics/eval.json").read_text()) == json.loads(json.dumps(results))
+    # eval.against_base (the default): the base on the same episodes, and the paired gap
+    val = results["bandit"]["val"]
+    assert val["success_gap"] == pytest.approx(val["success_rate"] - val["base_success_rate"])
+    assert val["success_gap_se"] >= 0 and "base_return_mean" in val
+    # the base against itself plays the very same episodes: the same success, a gap and its error exactly 0
+    side = {"metrics_path": str(project / "side.json"), "trajectories_out": str(project / "side.parquet")}
+    same = evaluate(params=params, overrides=SMALL, policy_dir=str(project / "models/base"), **side)
+    for r in (r for splits in same.values() for r in splits.values()):
+        assert (r["success_rate"], r["success_gap"], r["success_gap_se"]) == (r["base_success_rate"], 0.0, 0.0)
+    off = evaluate(params=params, overrides=[*SMALL, "eval.against_base=false"], **side)
+    assert "success_gap" not in off["bandit"]["val"] and off["bandit"]["val"]["success_rate"] == val["success_rate"]
+    with pytest.raises(FileNotFoundError, match=r"nowhere is missing: eval.against_base plays the base policy .*"
+                                                r"`dvc repro base`, or set eval.against_base=false"):
+        evaluate(params=params, overrides=SMALL, base_dir=str(project / "nowhere"), **side)
 
 
 @pytest.mark.slow
