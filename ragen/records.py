@@ -34,6 +34,7 @@ class Turn:
     format_ok: bool  # the response parsed
     actions_valid: bool  # it parsed and every action is valid for the env
     shaping: float = 0.0  # c * (Phi(after) - Phi(before)) under algo.shaping solver (ragen.shaping), else 0
+    effective: int = 0  # of the executed actions, those that changed the env's state (info action_is_effective)
 
 
 @dataclass(frozen=True)

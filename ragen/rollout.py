@@ -108,13 +108,14 @@ def _play_turn(ep: _Episode, sample: Sample, turn: int, renderer: ChatRenderer, 
     response = tokenizer.decode(text_ids, skip_special_tokens=True)
     parsed = parse_response(renderer.prefix + response, cfg.max_actions_per_turn, cfg.enable_think)
     actions_valid = parsed.format_ok and all(env.is_valid_action(a) for a in parsed.actions)
-    state, reward, executed, terminated, truncated = env.render(), 0.0, 0, False, False
+    state, reward, executed, effective, terminated, truncated = env.render(), 0.0, 0, 0, False, False
     for action in parsed.actions:
         if ep.actions_left == 0 or terminated or truncated:
             break  # over the budget: dropped without penalty
         obs, r, terminated, truncated, info = env.step(action)
         if info["action_is_valid"]:
             reward, executed, ep.actions_left = reward + r, executed + 1, ep.actions_left - 1
+            effective += bool(info["action_is_effective"])
     after = potential(env, ep.actions_left, turns_left - 1) if potential else 0.0
     ep.append(sample.token_ids, sample.logprobs)
     ep.turn_ends.append(len(ep.ids) - 1)
@@ -122,7 +123,7 @@ def _play_turn(ep: _Episode, sample: Sample, turn: int, renderer: ChatRenderer, 
         state=state, response=response, response_ids=tuple(sample.token_ids),
         response_logprobs=tuple(sample.logprobs), finish=sample.finish, think=parsed.think, actions=parsed.actions,
         executed=executed, reward=reward, penalty=0.0 if actions_valid else cfg.format_penalty,
-        format_ok=parsed.format_ok, actions_valid=actions_valid, shaping=after - before,
+        format_ok=parsed.format_ok, actions_valid=actions_valid, shaping=after - before, effective=effective,
     ))
     if terminated:
         ep.end_reason = "terminated"
@@ -157,15 +158,25 @@ def _to_trajectory(ep: _Episode) -> Trajectory:
 
 
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Episode- and turn-level rates of a batch (RAGEN's rollout metrics, namespace-free)."""
+    """Episode- and turn-level rates of a batch (RAGEN's rollout metrics, namespace-free).
+
+    pass_at_n: the share of groups (the rollouts of one start: same tag and group_id) with at least one success,
+    RAGEN's pass@N with N the group size; effective_action_rate: of the executed actions, the share that changed
+    the env's state (RAGEN's action_is_effective; a push into a wall is valid and not effective), 0 with none.
+    """
     turns = [t for traj in trajectories for t in traj.turns]
     n, m = max(len(trajectories), 1), max(len(turns), 1)
+    groups: dict[tuple[str, int], bool] = {}
+    for t in trajectories:
+        groups[t.tag, t.group_id] = groups.get((t.tag, t.group_id), False) or t.success
     return {
         "success_rate": sum(t.success for t in trajectories) / n,
+        "pass_at_n": sum(groups.values()) / max(len(groups), 1),
         "return_mean": sum(t.traj_return for t in trajectories) / n,
         "env_return_mean": sum(t.env_return for t in trajectories) / n,
         "turns_mean": len(turns) / n,
         "actions_mean": sum(t.num_actions for t in trajectories) / n,
+        "effective_action_rate": sum(t.effective for t in turns) / max(sum(t.executed for t in turns), 1),
         "format_ok_rate": sum(t.format_ok for t in turns) / m,
         "format_valid_rate": sum(t.actions_valid for t in turns) / m,
         "response_tokens_mean": sum(len(t.response_ids) for t in turns) / m,

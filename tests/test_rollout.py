@@ -1,5 +1,7 @@
 """Multi-turn rollout: one exact token sequence per episode, masks, penalties, budgets and endings."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -95,6 +97,22 @@ def test_actions_over_the_budget_are_dropped_without_penalty(tokenizer):
     assert [t.executed for t in traj.turns] == [5, 5]
     assert all(t.penalty == 0.0 for t in traj.turns)
     assert traj.num_actions == 10 and traj.end_reason == "budget"
+
+
+def test_effective_actions_and_pass_at_n(tokenizer):
+    # Up and Down walk into the walls (valid, no effect); Right walks, the next Right pushes the box home
+    responses = ["a</think><answer>Up || Right || Down</answer>", "b</think><answer>Right</answer>"]
+    traj = play(tokenizer, responses, spec=EpisodeSpec("sokoban", 0, layout=LAYOUT),
+                cfg=RolloutConfig(max_actions_per_turn=5))
+    assert [(t.executed, t.effective) for t in traj.turns] == [(3, 1), (1, 1)] and traj.success
+    assert summarize([traj])["effective_action_rate"] == pytest.approx(2 / 4)
+    # pass@N: a group is one start (tag and group_id); it passes when any of its rollouts succeeds
+    won, lost = traj, replace(traj, success=False)
+    batch = [replace(won, group_id=0), replace(lost, group_id=0), replace(lost, group_id=1), replace(lost, group_id=1),
+             replace(lost, tag="frozen_lake", group_id=0), replace(won, tag="frozen_lake", group_id=0)]
+    stats = summarize(batch)
+    assert stats["pass_at_n"] == pytest.approx(2 / 3) and stats["success_rate"] == pytest.approx(2 / 6)
+    assert summarize([])["effective_action_rate"] == 0.0
 
 
 def test_single_turn_envs_end_after_one_turn(tokenizer):
