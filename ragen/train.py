@@ -29,6 +29,7 @@ from ragen.advantages import normalization_groups, normalize_returns, value_targ
 from ragen.batching import RolloutBatch, build_batch
 from ragen.config import Config
 from ragen.diagnostics import action_dependence, first_action_bonus
+from ragen.diversity import response_diversity
 from ragen.filters import best_success_per_group, filter_groups_by_reward_std, group_stds
 from ragen.policy import Policy
 from ragen.policy.scoring import score_sequences, shareable_prefix
@@ -78,11 +79,12 @@ def collect(cfg: Config, policy: Policy, pool: Sequence[int], step: int) -> list
 
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """The rollout/ family of one batch: `summarize`'s rates, the first action's dependence on the instance
-    (ragen.diagnostics) and the in-group std of the raw returns, the Echo Trap signal (the filter sees normalised
-    scores, as RAGEN's does: under mean_std every non-degenerate group has std 1)."""
+    (ragen.diagnostics), how alike the responses are (ragen.diversity) and the in-group std of the raw returns, the
+    Echo Trap signal (the filter sees normalised scores, as RAGEN's does: under mean_std every non-degenerate group
+    has std 1)."""
     _, raw_stds = group_stds(torch.tensor([t.traj_return for t in trajectories]),
                              torch.tensor([t.group_id for t in trajectories]))
-    metrics = summarize(trajectories) | action_dependence(trajectories)
+    metrics = summarize(trajectories) | action_dependence(trajectories) | response_diversity(trajectories)
     metrics["shaping_mean"] = sum(t.shaping for t in trajectories) / max(len(trajectories), 1)  # 0 unshaped
     metrics |= {"in_group_std_mean": float(raw_stds.mean()), "in_group_std_max": float(raw_stds.max())}
     return {f"rollout/{k}": v for k, v in metrics.items()}
