@@ -37,8 +37,8 @@ from ragen.ablation import AblationRun, AblationSet, RunnerSpec, expand_set, rea
 from ragen.config import config_digest, load_config
 from ragen.evaluation import mean_and_se_over_seeds
 from ragen.fileio import read_json, write_text
-from ragen.report import (echo_trap, markdown_table, mean_series, plot_curves, read_steps_csv, template_collapse,
-                          to_series)
+from ragen.report import (echo_trap, gap_text, markdown_table, mean_series, plot_curves, read_steps_csv,
+                          template_collapse, to_series)
 from ragen.tracking import MlflowTracker
 from ragen.trajectory_io import instance_success_rates
 
@@ -99,7 +99,8 @@ def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.ya
                             critic_out=str(out / "critic"), metrics_path=str(out / "train.json"),
                             steps_csv=str(out / "train_steps.csv"), checkpoint_dir=str(out / "checkpoint"))
     results = evaluate(**common, envs_dir=envs_dir, policy_dir=str(out / "policy"), base_dir=base_dir,
-                       metrics_path=str(out / "eval.json"), trajectories_out=str(out / "eval.parquet"))
+                       metrics_path=str(out / "eval.json"), trajectories_out=str(out / "eval.parquet"),
+                       base_trajectories_out=str(out / "eval_base.parquet"))
     if Path(base_metrics).exists():
         shutil.copyfile(base_metrics, out / "base.json")
         report(**common, metrics_dir=str(out), out_dir=str(out / "report"))
@@ -135,21 +136,37 @@ def task_runner(spec: RunnerSpec):
 
 def val_gap(out: Path, runs: Sequence[AblationRun], reference: Sequence[AblationRun], results: dict[str, dict],
             envs_dir: str) -> str:
-    """A variant's val success minus the reference variant's, paired by seed and by instance, with its standard
-    error over seeds that share their instances (`mean_and_se_over_seeds`): '+0.012 ± 0.010 (+1.2 SE)'."""
+    """A variant's val success minus the reference variant's, paired by seed and by instance (`paired_val_gap`)."""
     by_seed = {run.seed: run for run in reference}
-    gaps = []
+    env = results[runs[0].name]["env"]
+    pairs = []
     for run in runs:
-        other = by_seed[run.seed]
-        env = results[run.name]["env"]
-        n = min(results[name]["eval"][env]["val"]["instances"] for name in (run.name, other.name))
+        other = by_seed[run.seed].name
+        n = min(results[name]["eval"][env]["val"]["instances"] for name in (run.name, other))
+        pairs.append((out / run.name / "eval.parquet", out / other / "eval.parquet", n))
+    return paired_val_gap(pairs, env, envs_dir)
+
+
+def base_val_gap(out: Path, runs: Sequence[AblationRun], results: dict[str, dict], envs_dir: str) -> str:
+    """A variant's val success minus the base policy's on the same episodes (each run's eval_base.parquet, written
+    by stage evaluate under eval.against_base), paired by seed and by instance (`paired_val_gap`)."""
+    env = results[runs[0].name]["env"]
+    return paired_val_gap([(out / run.name / "eval.parquet", out / run.name / "eval_base.parquet",
+                            results[run.name]["eval"][env]["val"]["instances"]) for run in runs], env, envs_dir)
+
+
+def paired_val_gap(pairs: Sequence[tuple[Path, Path, int]], env: str, envs_dir: str) -> str:
+    """The mean over pairs (one a seed: evaluation files `mine` and `theirs` and the val instances they share) of
+    the per-instance val success gaps mine - theirs, with its standard error over seeds that share their instances
+    (`mean_and_se_over_seeds`): '+0.012 ± 0.010 (+1.2 SE)', or '+0.000' without a spread."""
+    gaps = []
+    for mine, theirs, n in pairs:
         seeds = read_seeds(envs_dir, env, "val")[:n]
-        mine, theirs = (instance_success_rates(out / name / "eval.parquet", env, seeds)
-                        for name in (run.name, other.name))
-        gaps.append([a - b for a, b in zip(mine, theirs)])
+        a, b = (instance_success_rates(path, env, seeds) for path in (mine, theirs))
+        gaps.append([x - y for x, y in zip(a, b)])
     mean, se_inst, se_seed = mean_and_se_over_seeds(gaps)
     se = math.hypot(se_inst, se_seed)
-    return f"{mean:+.3f} ± {se:.3f} ({mean / se:+.1f} SE)" if se > 0 else f"{mean:+.3f}"
+    return gap_text(mean, se) if se > 0 else f"{mean:+.3f}"
 
 
 def set_report(ablation: AblationSet, out_root: Path, results: dict[str, dict], envs_dir: str = "data/envs"
@@ -175,7 +192,12 @@ def set_report(ablation: AblationSet, out_root: Path, results: dict[str, dict], 
         except (OSError, KeyError, ValueError) as error:  # a run from before eval.parquet, or of other instances
             gap = "n/a"
             print(f"ablate | {ablation.name}: no paired val gap for {variant}: {error}")
-        row += [gap, results[runs[0].name]["eval"][env]["val"]["success_ceiling"],
+        try:
+            lift = base_val_gap(out, runs, results, envs_dir)
+        except (OSError, KeyError, ValueError) as error:  # eval.against_base off, or a run from before it
+            lift = "n/a"
+            print(f"ablate | {ablation.name}: no paired val gap to the base for {variant}: {error}")
+        row += [gap, lift, results[runs[0].name]["eval"][env]["val"]["success_ceiling"],
                 "; ".join(sorted({str(echo_trap(s)["verdict"]) for s in per_run})),
                 "; ".join(str(step) if (step := template_collapse(s)["collapse_step"]) is not None else "none"
                           for s in per_run)]
@@ -184,11 +206,13 @@ def set_report(ablation: AblationSet, out_root: Path, results: dict[str, dict], 
     text = "\n".join([
         f"# Ablation set `{ablation.name}`", "", ablation.description, "",
         markdown_table(["variant", "env", "runs", "val success", "sd", "test success", "sd",
-                        f"val minus {reference} (paired)", "val ceiling", "echo trap marker",
+                        f"val minus {reference} (paired)", "val minus base (paired)", "val ceiling",
+                        "echo trap marker",
                         "template marker (per seed)"], rows),
         "", f"val minus {reference}: the gap of the per-instance val success rates, paired by seed and instance, "
         "with its standard error over seeds that share their instances (ragen.evaluation.mean_and_se_over_seeds); "
-        "sd is the spread of the runs' val success.", "",
+        "val minus base: the same against the base policy played on the same episodes by stage evaluate "
+        "(eval.against_base); sd is the spread of the runs' val success.", "",
         "Curves: the mean over a variant's seeds, the band its min and max; dotted lines mark reward-std "
         "collapse (ragen/report.py).", "", f"![curves](plots/{pngs[0].name})", "",
         "Runs:", "", *[f"- `{run.name}`: {' '.join(run.overrides)}" for run in ablation.runs], ""])

@@ -35,20 +35,20 @@ GENERALISATION = {
 @flow(name="evaluate")
 def evaluate(params: str = "params.yaml", overrides: list[str] | None = None, envs_dir: str = "data/envs",
              policy_dir: str = "models/policy", base_dir: str = "models/base",
-             metrics_path: str = "metrics/eval.json",
-             trajectories_out: str = "data/eval/trajectories.parquet") -> dict[str, dict]:
+             metrics_path: str = "metrics/eval.json", trajectories_out: str = "data/eval/trajectories.parquet",
+             base_trajectories_out: str | None = None) -> dict[str, dict]:
     cfg = load_config(params, overrides or [])
     tags = [cfg.train.env] + [t for t in GENERALISATION.get(cfg.train.env, []) if (Path(envs_dir) / t).exists()]
-    splits = [(tag, split, read_seeds(envs_dir, tag, split)[: cfg.eval.episodes]) for tag in tags
-              for split in ("val", "test")]
+    plan = [(tag, split, read_seeds(envs_dir, tag, split)[: cfg.eval.episodes]) for tag in tags
+            for split in ("val", "test")]
     if cfg.eval.against_base and not Path(base_dir).exists():
         raise FileNotFoundError(f"{base_dir} is missing: eval.against_base plays the base policy beside the trained "
                                 "one; run `dvc repro base`, or set eval.against_base=false")
     results: dict[str, dict] = {}
     with MlflowTracker.for_stage(cfg, "evaluate") as tracker:
-        played = play(policy_dir, splits, cfg)
-        base_played = play(base_dir, splits, cfg) if cfg.eval.against_base else None
-        for i, (tag, split, seeds) in enumerate(splits):
+        played = play(policy_dir, plan, cfg)
+        base_played = play(base_dir, plan, cfg) if cfg.eval.against_base else None
+        for i, (tag, split, seeds) in enumerate(plan):
             summary, trajectories = played[i]
             ceilings = read_ceilings(envs_dir, tag, split)
             ceiling = sum(ceilings[s] for s in seeds) / len(seeds)
@@ -72,23 +72,28 @@ def evaluate(params: str = "params.yaml", overrides: list[str] | None = None, en
                 line += f" | base {r['base_success_rate']:.3f}, gap {gap_text(gap, gap_se)}"
             print(line)
         everything = [t for _, trajectories in played for t in trajectories]
-        tracker.log_metrics({f"eval/{tag}/{split}/{k}": v for tag, splits_ in results.items()
-                             for split, r in splits_.items() for k, v in r.items()})
-        tracker.log_to_pipeline({f"eval/{tag}/{split}/{k}": r[k] for tag, splits_ in results.items()
-                                 for split, r in splits_.items() for k in ("success_rate", "success_gap") if k in r})
+        tracker.log_metrics({f"eval/{tag}/{split}/{k}": v for tag, splits in results.items()
+                             for split, r in splits.items() for k, v in r.items()})
+        tracker.log_to_pipeline({f"eval/{tag}/{split}/{k}": r[k] for tag, splits in results.items()
+                                 for split, r in splits.items() for k in ("success_rate", "success_gap") if k in r})
         tracker.log_table(sample_table(everything, limit=64), "samples/eval_trajectories.json")
         write_trajectories(trajectories_out, everything)
+        if base_trajectories_out:  # the base's episodes too (ragen ablate's gaps), or none left from an earlier run
+            if base_played is not None:
+                write_trajectories(base_trajectories_out, [t for _, trajectories in base_played for t in trajectories])
+            else:
+                Path(base_trajectories_out).unlink(missing_ok=True)
         write_json(metrics_path, results)
     return results
 
 
-def play(policy_dir: str, splits: list[tuple[str, str, list[int]]], cfg: Config) -> list[tuple[dict, list]]:
+def play(policy_dir: str, plan: list[tuple[str, str, list[int]]], cfg: Config) -> list[tuple[dict, list]]:
     """`evaluate_policy` of the policy in `policy_dir` on each (tag, split, seeds), every split from the same random
     stream (seeded by train.seed), so two policies played here are paired episode by episode; the policy is freed
     before the next one loads."""
     policy = load_policy(policy_dir, **cfg.model.placement())
     return [evaluate_policy(policy, tag, seeds, cfg.rollout, temperature=cfg.eval.temperature, seed=cfg.train.seed,
-                            samples=cfg.eval.samples) for tag, _, seeds in splits]
+                            samples=cfg.eval.samples) for tag, _, seeds in plan]
 
 
 if __name__ == "__main__":

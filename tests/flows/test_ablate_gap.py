@@ -1,17 +1,18 @@
-"""The ablation report's paired val gap: variants paired by seed and val instance, by hand."""
+"""The ablation report's paired val gaps: variants paired by seed and val instance, and each run against the
+base policy's episodes, by hand."""
 
 import polars as pl
 import pytest
 
-from flows.ablate import val_gap
+from flows.ablate import base_val_gap, val_gap
 from ragen.ablation import AblationRun
 
 
-def evaluation(path, successes):
-    """eval.parquet of val instances 10, 11, 12 (one episode each) plus an episode of another env."""
+def evaluation(path, successes, name="eval.parquet"):
+    """`name` of val instances 10, 11, 12 (one episode each) plus an episode of another env."""
     rows = [("sokoban", seed, ok) for seed, ok in zip((10, 11, 12), successes)] + [("bandit", 10, True)]
-    path.mkdir(parents=True)
-    pl.DataFrame(rows, schema=["tag", "seed", "success"], orient="row").write_parquet(path / "eval.parquet")
+    path.mkdir(parents=True, exist_ok=True)
+    pl.DataFrame(rows, schema=["tag", "seed", "success"], orient="row").write_parquet(path / name)
 
 
 def test_val_gap_pairs_runs_by_seed_and_instance(tmp_path):
@@ -34,3 +35,21 @@ def test_val_gap_pairs_runs_by_seed_and_instance(tmp_path):
     results["b-s0"]["eval"]["sokoban"]["val"]["instances"] = 4
     with pytest.raises(ValueError, match="no sokoban episode of 1 of the 4 instances"):
         val_gap(tmp_path, b, a, results, str(tmp_path / "envs"))
+
+
+def test_base_val_gap_pairs_each_run_with_its_own_base_episodes(tmp_path):
+    envs = tmp_path / "envs" / "sokoban"
+    envs.mkdir(parents=True)
+    pl.DataFrame({"seed": [10, 11, 12]}).write_parquet(envs / "val.parquet")
+    runs = {0: ([1, 1, 0], [0, 1, 0]), 1: ([1, 0, 1], [0, 0, 0])}  # seed: (trained, base) per instance
+    for seed, (trained, base) in runs.items():
+        evaluation(tmp_path / f"a-s{seed}", [bool(x) for x in trained])
+        evaluation(tmp_path / f"a-s{seed}", [bool(x) for x in base], name="eval_base.parquet")
+    results = {f"a-s{s}": {"env": "sokoban", "eval": {"sokoban": {"val": {"instances": 3}}}} for s in runs}
+    a = [AblationRun(f"a-s{s}", "a", s, ()) for s in runs]
+    # gaps: seed 0 1, 0, 0; seed 1 1, 0, 1. Instance means 1, 0, 0.5: mean 1/2, sd 1/2, se_inst 1/(2 sqrt 3);
+    # seed means 1/3 and 2/3: sd sqrt(1/18), se_seed 1/6. se = sqrt(1/12 + 1/36) = 1/3: 1.5 SE
+    assert base_val_gap(tmp_path, a, results, str(tmp_path / "envs")) == "+0.500 ± 0.333 (+1.5 SE)"
+    (tmp_path / "a-s1" / "eval_base.parquet").unlink()  # eval.against_base was off for that run
+    with pytest.raises(OSError):
+        base_val_gap(tmp_path, a, results, str(tmp_path / "envs"))

@@ -58,6 +58,10 @@ def test_ablation_set_runs_nests_reports_and_resumes(small, capsys, monkeypatch)
     # s against grpo, paired by seed and val instance: a gap with its error (or the gap alone where it has none)
     assert "val minus grpo (paired)" in text and re.search(r"\| grpo \| bandit \| 2 \|.*\| reference \|", text)
     assert re.search(r"\| s \| bandit \| 2 \|.*\| [+-]\d\.\d{3}( ± \d\.\d{3} \([+-]\d+\.\d SE\))? \|", text), text
+    # every variant against the base policy's episodes of the same seeds (eval.against_base)
+    assert "val minus base (paired)" in text and all((out / run / "eval_base.parquet").exists()
+                                                     for run in ("grpo-s0", "grpo-s1", "s-s0", "s-s1"))
+    assert re.search(r"\| grpo \| bandit \| 2 \|.*\| reference \| [+-]\d\.\d{3}", text), text
     assert (out / "plots" / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
     client, experiment = client_for(small)
