@@ -9,9 +9,10 @@ sampled text itself (token ids, so they need no tokenizer):
                                 repeat one text. It falls with batch size for any policy, so compare runs of one size.
     response_distinct_in_group  mean over groups g (the rollouts of one start) of |distinct first-turn responses in g|
                                 / |g|: 1 when the N rollouts of a start all answer differently, 1/N when all alike.
-                                The filter ranks groups by return spread, and a group of identical answers has none.
+                                In a single-turn env such a group has no return spread for the filter to rank
+                                (its rollouts share the env's randomness).
     response_top_share          the most common first-turn response's share of the batch: a text written for every
-                                instance alike (a template) reads high; a policy that writes per instance reads near 1/B.
+                                instance alike (a template) reads high, a policy that writes per instance near 1/B.
 
 Identity is exact: the same token ids, thought included, so a template with one varied word counts as distinct.
 """
