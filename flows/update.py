@@ -31,11 +31,13 @@ from ragen.trajectory_io import read_scores, read_trajectories, sample_table
 from ragen.update import uses_critic
 
 # step curves also logged on the parent pipeline run, so pipeline runs (ablation variants) chart side by side
-PIPELINE_CURVES = {"rollout/success_rate", "rollout/in_group_std_mean", "actor/entropy", "actor/grad_norm",
-                   "rollout/first_action_entropy", "rollout/first_action_mi"}
+PIPELINE_CURVES = {"rollout/success_rate", "rollout/return_mean", "rollout/in_group_std_mean", "actor/entropy",
+                   "actor/grad_norm", "rollout/first_action_entropy", "rollout/first_action_mi",
+                   "rollout/response_distinct_in_group"}
 PLOT_KEYS = ["step", "val_success", "rollout/success_rate", "rollout/return_mean", "rollout/in_group_std_mean",
              "filter/kept_frac", "actor/entropy", "actor/grad_norm", "actor/pg_loss", "critic/value_loss",
-             "rollout/first_action_entropy", "rollout/first_action_mi", "rollout/first_action_top_share"]
+             "rollout/first_action_entropy", "rollout/first_action_mi", "rollout/first_action_top_share",
+             "rollout/response_distinct_in_group", "rollout/pass_at_n"]
 
 
 def make_learner(cfg: Config, base_dir: str, critic_dir: str) -> Learner:

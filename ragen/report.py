@@ -28,13 +28,15 @@ from typing import Iterable, Sequence
 
 from ragen.fileio import staged_file
 
-CURVES = {  # csv column -> plot title
+CURVES = {  # csv column -> plot title: RAGEN's Echo Trap indicators (its Fig. 6), then the template's and repetition's
     "val_success": "val success",
+    "rollout/return_mean": "mean training return",
     "rollout/in_group_std_mean": "in-group reward std",
     "actor/entropy": "entropy",
     "actor/grad_norm": "grad norm",
     "rollout/first_action_entropy": "first-action entropy (nats)",
     "rollout/first_action_mi": "first action's information on the instance (nats)",
+    "rollout/response_distinct_in_group": "distinct first answers within a group",
 }
 STD_DROP = 0.25
 COLLAPSE_MARGIN = 0.1
@@ -149,7 +151,7 @@ def template_collapse(series: Series, window: int = TEMPLATE_WINDOW) -> dict[str
 
 
 def plot_curves(series: Sequence[Series], out_dir: str | Path, title: str) -> list[Path]:
-    """One PNG per metric (every series on the same axes) plus a 2x3 overview; returns the paths written."""
+    """One PNG per metric (every series on the same axes) plus a 2x4 overview; returns the paths written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -158,7 +160,7 @@ def plot_curves(series: Sequence[Series], out_dir: str | Path, title: str) -> li
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    overview, axes = plt.subplots(2, 3, figsize=(15, 7), constrained_layout=True)
+    overview, axes = plt.subplots(2, 4, figsize=(20, 7), constrained_layout=True)
     for (key, name), overview_ax in zip(CURVES.items(), axes.flat):
         figure, ax = plt.subplots(figsize=(6, 3.6), constrained_layout=True)
         for target in (ax, overview_ax):

@@ -13,7 +13,8 @@ def series(std, entropy, success, label="run", first_entropy=None, first_mi=None
     values = {"rollout/in_group_std_mean": std, "actor/entropy": entropy, "val_success": success,
               "actor/grad_norm": [1.0] * len(std),
               "rollout/first_action_entropy": first_entropy or [math.nan] * len(std),
-              "rollout/first_action_mi": first_mi or [math.nan] * len(std)}
+              "rollout/first_action_mi": first_mi or [math.nan] * len(std),
+              "rollout/return_mean": [math.nan] * len(std), "rollout/response_distinct_in_group": [math.nan] * len(std)}
     return Series(label, steps, values)
 
 
