@@ -1,0 +1,41 @@
+"""`python -m flows.<stage>` (dvc.yaml's commands): bad input ends in one line naming the problem, exit code 2."""
+
+import sys
+
+import pytest
+
+from flows.common import run_stage
+from flows.evaluate import evaluate
+from flows.filter import filter_rollouts
+
+
+def run(stage_flow, monkeypatch, *argv):
+    monkeypatch.setattr(sys, "argv", [stage_flow.name, *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        run_stage(stage_flow)
+    return exit_info.value.code
+
+
+def test_a_bad_config_value_stops_the_stage_before_it_starts(project, monkeypatch, capsys):
+    (project / "params.yaml").write_text("eval:\n  episodes: 8\n")
+    assert run(evaluate, monkeypatch, "eval.against_base=maybe") == 2
+    err = capsys.readouterr().err
+    assert err == "evaluate: params.yaml: bad value for 'eval.against_base': Value 'maybe' is not a valid bool (type " \
+                  "str)\n"
+    assert run(evaluate, monkeypatch, "eval.episodez=8") == 2
+    assert "evaluate: params.yaml: unknown key 'eval.episodez'" in capsys.readouterr().err
+    (project / "params.yaml").unlink()
+    assert run(evaluate, monkeypatch) == 2
+    assert capsys.readouterr().err.startswith("evaluate: params.yaml: no such params file")
+    assert not (project / "mlruns").exists()  # nothing ran, nothing was tracked
+
+
+def test_a_damaged_input_ends_with_the_file_and_the_fix(prefect_harness, project, monkeypatch, capsys):
+    (project / "params.yaml").write_text("filter:\n  keep_ratio: 0.5\n")
+    (project / "data" / "rollouts").mkdir(parents=True)
+    (project / "data" / "rollouts" / "base.parquet").write_text("not parquet")
+    assert run(filter_rollouts, monkeypatch) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("filter: data/rollouts/base.parquet: not a readable parquet file")
+    assert last.endswith("delete it and run `dvc repro` to rebuild it")
+    assert not (project / "data" / "rollouts" / "filtered.parquet").exists()
