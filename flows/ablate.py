@@ -95,8 +95,9 @@ def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.ya
     critic_fit(**common, base_dir=base_dir, rollouts=str(out / "filtered.parquet"), out_dir=str(out / "critic_warm"),
                metrics_path=str(out / "critic_fit.json"))
     trained = update_policy(**common, envs_dir=envs_dir, base_dir=base_dir, critic_dir=str(out / "critic_warm"),
-                            rollouts=str(out / "filtered.parquet"), policy_dir=str(out / "policy"),
-                            critic_out=str(out / "critic"), metrics_path=str(out / "train.json"),
+                            rollouts=str(out / "filtered.parquet"), base_rollouts=str(out / "base.parquet"),
+                            policy_dir=str(out / "policy"), critic_out=str(out / "critic"),
+                            metrics_path=str(out / "train.json"),
                             steps_csv=str(out / "train_steps.csv"), checkpoint_dir=str(out / "checkpoint"))
     results = evaluate(**common, envs_dir=envs_dir, policy_dir=str(out / "policy"), base_dir=base_dir,
                        metrics_path=str(out / "eval.json"), trajectories_out=str(out / "eval.parquet"),

@@ -64,15 +64,19 @@ def checkpoint_parts(learner: Learner) -> tuple[dict, dict]:
 @flow(name="update")
 def update_policy(params: str = "params.yaml", overrides: list[str] | None = None, envs_dir: str = "data/envs",
                   base_dir: str = "models/base", critic_dir: str = "models/critic_warm",
-                  rollouts: str = "data/rollouts/filtered.parquet", policy_dir: str = "models/policy",
+                  rollouts: str = "data/rollouts/filtered.parquet",
+                  base_rollouts: str | None = "data/rollouts/base.parquet", policy_dir: str = "models/policy",
                   critic_out: str = "models/critic", metrics_path: str = "metrics/train.json",
                   steps_csv: str = "metrics/train_steps.csv", checkpoint_dir: str = "checkpoints/update",
                   stop_after: int | None = None) -> dict[str, float]:
-    """`stop_after` ends the run after that many steps as if killed (for resume tests)."""
+    """`stop_after` ends the run after that many steps as if killed (for resume tests). Step 1 trains on the
+    filtered batch `rollouts`; its rollout/ metrics are those of the whole batch it was filtered from,
+    `base_rollouts` (None: of the filtered batch)."""
     cfg = load_config(params, overrides or [])
     pool = read_train_pool(envs_dir, cfg.train.env, cfg.train.max_optimal_moves)
     val_seeds = read_seeds(envs_dir, cfg.train.env, "val")[: cfg.train.eval_episodes]
     first_batch, first_scores = read_trajectories(rollouts), read_scores(rollouts)
+    first_rollout = read_trajectories(base_rollouts) if base_rollouts is not None else None
     learner = make_learner(cfg, base_dir, critic_dir)
     digest, history, start_step = config_digest(cfg)[:16], [], 0
     ckpt = Path(checkpoint_dir)
@@ -96,7 +100,8 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
                                              temperature=cfg.eval.temperature, seed=cfg.train.seed)
                 metrics[f"val/{cfg.train.env}/success"] = summary["success_rate"]
             metrics |= train_step(cfg, learner, pool, step, first_batch=first_batch if step == 0 else None,
-                                  first_scores=first_scores if step == 0 else None)
+                                  first_scores=first_scores if step == 0 else None,
+                                  first_rollout=first_rollout if step == 0 else None)
             tracker.log_metrics(metrics, step=step)
             tracker.log_to_pipeline({k: v for k, v in metrics.items() if k in PIPELINE_CURVES or k.startswith("val/")},
                                     step=step)

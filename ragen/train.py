@@ -177,9 +177,12 @@ def make_batch(cfg: Config, learner: Learner, kept: Sequence[Trajectory], scores
 
 def train_step(cfg: Config, learner: Learner, pool: Sequence[int], step: int,
                first_batch: Sequence[Trajectory] | None = None,
-               first_scores: Sequence[float] | None = None) -> dict[str, float]:
+               first_scores: Sequence[float] | None = None,
+               first_rollout: Sequence[Trajectory] | None = None) -> dict[str, float]:
     """One full step; `first_batch` replaces the rollout (stage update's step 1 uses the filtered base rollouts,
-    with `first_scores`, their normalised returns from stage filter; see `select`)."""
+    with `first_scores`, their normalised returns from stage filter; see `select`). `first_rollout`, the whole
+    batch stage rollout played before the filter, gives that step its rollout/ metrics, as a rollout in process
+    gives every later step (the kept groups alone read a higher reward std and return)."""
     start = time.perf_counter()
     trajectories = list(first_batch) if first_batch is not None else collect(cfg, learner.policy, pool, step)
     rollout_s = time.perf_counter() - start
@@ -200,7 +203,7 @@ def train_step(cfg: Config, learner: Learner, pool: Sequence[int], step: int,
         update_s = time.perf_counter() - start
         trained_tokens = int(batch.attention_mask.sum())
     sampled_tokens = sum(len(turn.response_ids) for t in trajectories for turn in t.turns)
-    metrics |= rollout_metrics(trajectories)
+    metrics |= rollout_metrics(first_rollout if first_rollout is not None else trajectories)
     metrics |= stats | {"timing/rollout_s": rollout_s, "timing/score_s": score_s, "timing/update_s": update_s,
                         "perf/rollout_tokens_per_s": sampled_tokens / max(rollout_s, 1e-9),
                         "perf/score_tokens_per_s": trained_tokens / max(score_s, 1e-9),

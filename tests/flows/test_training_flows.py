@@ -56,6 +56,10 @@ def test_training_stages_end_to_end(prepared):
     rows = list(csv.DictReader(open(project / "metrics/train_steps.csv")))
     assert [int(r["step"]) for r in rows] == [0, 1, 2, 3]
     assert float(rows[0]["filter/kept_frac"]) == 1.0  # step 1 trains on the whole stage-filter batch
+    # its rollout/ metrics are those of the whole batch stage rollout played, not of the kept groups alone
+    played = json.loads((project / "metrics/rollout.json").read_text())
+    for key in ("rollout/success_rate", "rollout/return_mean", "rollout/in_group_std_mean"):
+        assert float(rows[0][key]) == pytest.approx(played[key]), key
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
     run = client.search_runs([client.get_experiment_by_name("ragen").experiment_id], "tags.`ragen.stage` = 'update'")[0]
     for key in ("rollout/success_rate", "rollout/in_group_std_mean", "filter/kept_frac", "filter/std_mass_kept",
