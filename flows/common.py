@@ -23,24 +23,25 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
     """`python -m flows.<stage> key=value ...` (what dvc.yaml runs): the flow with the command line's overrides.
 
     A config the stage cannot take (an unknown key, a bad value, no params.yaml) stops it before the flow starts,
-    and an input it cannot read (missing, damaged, a checkpoint it cannot restore) after Prefect has logged the
-    flow run's failure; either way the last line on stderr is "<stage>: <what is wrong and the fix>", exit code 2,
-    instead of a Python traceback. Without Prefect's flow heartbeat thread: joining it costs ~1 s per flow run,
-    and a DVC stage's process is supervised by DVC, not by Prefect's crashed-run detection (served deployments keep
-    their heartbeats).
+    and an input it cannot read (missing, damaged, a checkpoint it cannot restore, a model path it cannot use)
+    after Prefect has logged the flow run's failure; either way the last line on stderr is "<stage>: <what is
+    wrong and the fix>", exit code 2, instead of a Python traceback. Without Prefect's flow heartbeat thread:
+    joining it costs ~1 s per flow run, and a DVC stage's process is supervised by DVC, not by Prefect's
+    crashed-run detection (served deployments keep their heartbeats).
     """
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
     from ragen.checkpoint import CheckpointError
     from ragen.config import ConfigError, load_config
     from ragen.fileio import StageFileError
+    from ragen.policy.model import ModelLoadError
 
     overrides = cli_overrides()
     try:
         load_config("params.yaml", overrides)
         with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
             return stage_flow(overrides=overrides)
-    except (ConfigError, StageFileError, CheckpointError, FileNotFoundError) as error:
+    except (ConfigError, StageFileError, CheckpointError, ModelLoadError, FileNotFoundError) as error:
         print(f"{stage_flow.name}: {error}", file=sys.stderr)
         raise SystemExit(2) from None
 

@@ -106,6 +106,7 @@ def _play_turn(ep: _Episode, sample: Sample, turn: int, renderer: ChatRenderer, 
     ended_with_eos = sample.finish == "eos"
     text_ids = sample.token_ids[:-1] if ended_with_eos else sample.token_ids
     response = tokenizer.decode(text_ids, skip_special_tokens=True)
+    stop_text = tokenizer.decode(sample.token_ids[-1:]) if ended_with_eos else ""
     parsed = parse_response(renderer.prefix + response, cfg.max_actions_per_turn, cfg.enable_think)
     actions_valid = parsed.format_ok and all(env.is_valid_action(a) for a in parsed.actions)
     state, reward, executed, effective, terminated, truncated = env.render(), 0.0, 0, 0, False, False
@@ -136,10 +137,10 @@ def _play_turn(ep: _Episode, sample: Sample, turn: int, renderer: ChatRenderer, 
     user = None
     if not ep.end_reason:
         user = next_user_message(reward, turn + 1, env.render(), ep.actions_left, cfg.enable_think)
-    tail = renderer.continue_ids(ep.messages, response, ended_with_eos, user)
+    tail = renderer.continue_ids(ep.messages, response, stop_text, user)
     if user is not None and len(ep.ids) + len(tail) + cfg.max_new_tokens > max_positions:
         ep.end_reason, user = "context", None  # the next turn would not fit: close the episode here
-        tail = renderer.continue_ids(ep.messages, response, ended_with_eos, None)
+        tail = renderer.continue_ids(ep.messages, response, stop_text, None)
     ep.messages.append(renderer.assistant_message(response))
     if user is not None:
         ep.messages.append({"role": "user", "content": user})

@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from chat_templates import THINK_STRIPPING, llama3_style, llama3_text
 from ragen.config import RolloutConfig
 from ragen.envs import make_env
 from ragen.policy.sampling import Sample
@@ -13,7 +14,7 @@ from ragen.prompting import SYSTEM_PROMPT, first_user_message, next_user_message
 from ragen.records import EpisodeSpec
 from ragen.rollout import policy_responder, run_episodes, summarize
 from ragen.policy import Policy
-from ragen.policy.chat import ChatRenderer
+from ragen.policy.chat import ChatRenderer, ChatTemplateError
 from ragen.policy.model import build_tiny_model
 
 LAYOUT = "######\n#P_XO#\n######"  # two Rights push the box home after one walk
@@ -57,6 +58,53 @@ def test_sequence_is_the_chat_template_of_the_conversation(tokenizer):
         left -= turn.executed
     assert tokenizer.decode(traj.token_ids) == tokenizer.apply_chat_template(messages, tokenize=False)
     assert len(traj.turns) == 5 and traj.end_reason == "turns"
+
+
+def conversation(traj, spec=EpisodeSpec("sokoban", 4)):
+    """The chat messages of a played episode, rebuilt from the env and the recorded turns."""
+    env = make_env(spec.tag)
+    env.reset(seed=spec.seed)
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+    left = env.max_actions_per_traj
+    for k, turn in enumerate(traj.turns, start=1):
+        user = first_user_message(env, turn.state, left, True) if k == 1 else next_user_message(
+            traj.turns[k - 2].reward, k, turn.state, left, True)
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": "<think>" + turn.response}]
+        left -= turn.executed
+    return messages
+
+
+def test_a_trimming_template_whose_turns_end_in_their_own_token():
+    """Llama 3's template: content trimmed, turns closed by <|eot_id|>, which is not the tokenizer's eos. A response
+    ending in whitespace keeps it (the sampled ids), and one the model ended with <|eot_id|> is not closed twice."""
+    tok = llama3_style(train_tokenizer(env_corpus(["sokoban"], episodes_per_env=6), vocab_size=400))
+    eot = tok.convert_tokens_to_ids("<|eot_id|>")
+    script = [("I go.</think><answer>Up</answer>\n\n", "stop"), ("then</think><answer>Left</answer>", "eos"),
+              ("x</think><answer>Down</answer> ", "length")]
+
+    def respond(prompts, envs):
+        text, finish = script[len(calls)]
+        calls.append(text)
+        ids = tok.encode(text, add_special_tokens=False) + ([eot] if finish == "eos" else [])
+        return [Sample(tuple(ids), (-0.5,) * len(ids), finish) for _ in prompts]
+
+    calls = []
+    traj = run_episodes([EpisodeSpec("sokoban", 4)], respond, ChatRenderer(tok, "<think>"),
+                        RolloutConfig(max_turns=3), max_positions=4096)[0]
+    assert [t.response for t in traj.turns] == [text for text, _ in script]
+    assert tok.decode(traj.token_ids) == llama3_text(conversation(traj))
+    assert tok.decode(traj.token_ids).count("<|eot_id|>") == 7  # system, three users, three responses
+    masked = [t for t, m in zip(traj.token_ids, traj.sampled_mask) if m]
+    assert masked == [t for turn in traj.turns for t in turn.response_ids]
+    assert tok.decode(traj.token_ids[: traj.system_len]) == llama3_text(conversation(traj)[:1])
+
+
+def test_a_template_that_rewrites_earlier_turns_is_refused(tokenizer):
+    tok = __import__("copy").deepcopy(tokenizer)
+    tok.chat_template = THINK_STRIPPING
+    with pytest.raises(ChatTemplateError, match="prefix-stable"):
+        run_episodes([EpisodeSpec("sokoban", 4)], scripted(tok, ["a</think><answer>Up</answer>"] * 2),
+                     ChatRenderer(tok, "<think>"), RolloutConfig(max_turns=2), max_positions=4096)
 
 
 def test_sampled_mask_covers_exactly_the_response_tokens(tokenizer):

@@ -22,7 +22,7 @@ class Policy:
     token_texts: TokenTexts = field(init=False)
 
     def __post_init__(self) -> None:
-        self.token_texts = TokenTexts(self.tokenizer)
+        self.token_texts = TokenTexts(self.tokenizer, generation_eos_ids(self.model))
 
     @classmethod
     def from_dir(cls, path: str | Path, *, device: str = "auto", dtype: str = "auto", attn: str = "auto") -> Policy:
@@ -36,6 +36,13 @@ class Policy:
                top_p: float = 1.0, top_k: int = 0, generator: torch.Generator | None = None) -> list[Sample]:
         return sample(self.model, self.token_texts, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                       top_p=top_p, top_k=top_k, generator=generator)
+
+
+def generation_eos_ids(model: PreTrainedModel) -> list[int]:
+    """The end tokens of the model's generation config (an id, a list of ids, or none)."""
+    config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
 
 def load_policy(path: str | Path, *, device: str = "auto", dtype: str = "auto", attn: str = "auto") -> Policy:

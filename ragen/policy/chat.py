@@ -22,7 +22,6 @@ class ChatRenderer:
     def __init__(self, tokenizer: PreTrainedTokenizerBase, prefix: str) -> None:
         self.tokenizer = tokenizer
         self.prefix = prefix
-        self.eos_text = tokenizer.decode([tokenizer.eos_token_id]) if tokenizer.eos_token_id is not None else ""
 
     def render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
@@ -38,26 +37,45 @@ class ChatRenderer:
         return messages, ids, system_len
 
     def _between(self, messages: list[dict[str, str]], response: str, nxt: dict[str, str] | None) -> str:
-        """Template text after the assistant `response` up to the next generation point (or the end)."""
-        before = self.render(messages, add_generation_prompt=True) + self.prefix + response
-        closed = messages + [{"role": "assistant", "content": self.prefix + response}]
+        """Template text after the assistant `response` up to the next generation point (or the end).
+
+        A template that trims message content (Llama 3's) drops a response's trailing whitespace, which the
+        sampled ids keep; the text returned follows the sampled ids either way.
+        """
+        content = self.prefix + response
+        kept = content.rstrip()
+        before = self.render(messages, add_generation_prompt=True) + kept
+        closed = messages + [{"role": "assistant", "content": content}]
         after = self.render(closed + [nxt], add_generation_prompt=True) if nxt else self.render(closed, add_generation_prompt=False)
         if not after.startswith(before):
             raise ChatTemplateError("the chat template does not keep earlier turns unchanged; multi-turn token-in-"
                                     "token-out needs a prefix-stable template")
-        return after[len(before) :] + (self.prefix if nxt else "")
+        rest = after[len(before) :]
+        trailing = content[len(kept) :]
+        if rest.startswith(trailing):  # the template kept the whitespace: the sampled ids already hold it
+            rest = rest[len(trailing) :]
+        return rest + (self.prefix if nxt else "")
 
-    def continue_ids(self, messages: list[dict[str, str]], response: str, ended_with_eos: bool, user: str | None) -> list[int]:
+    def continue_ids(self, messages: list[dict[str, str]], response: str, stop_text: str, user: str | None) -> list[int]:
         """Ids that follow a sampled response: close the turn, then (if `user`) the next user turn and prefix.
 
-        `response` is the decoded sampled text without the end-of-turn token; when the model sampled that token
-        itself (`ended_with_eos`), it is already in the sequence and is not added again.
+        `response` is the decoded sampled text without its end-of-turn token; when the model sampled one itself,
+        `stop_text` is that token's text ("" otherwise): it is already in the sequence, so where the template
+        closes the turn with the same text it is not added again.
         """
         nxt = {"role": "user", "content": user} if user is not None else None
         text = self._between(messages, response, nxt)
-        if ended_with_eos and self.eos_text and text.startswith(self.eos_text):
-            text = text[len(self.eos_text) :]
+        if stop_text and text.startswith(stop_text):
+            text = text[len(stop_text) :]
         return self.encode(text)
 
     def assistant_message(self, response: str) -> dict[str, str]:
         return {"role": "assistant", "content": self.prefix + response}
+
+    def check(self) -> None:
+        """Play a two-turn conversation through the template: ChatTemplateError now rather than mid-rollout."""
+        messages, _, _ = self.start("Turn 1:\nState:\n#P_X#")
+        response = "I push.</think><answer>Right</answer>"
+        self.continue_ids(messages, response, "", "Reward:\n1.0\n\nTurn 2:\nState:\n#_PX#")
+        messages += [self.assistant_message(response), {"role": "user", "content": "Turn 2:"}]
+        self.continue_ids(messages, response, "", None)

@@ -28,6 +28,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from ragen.fileio import read_json, staged_dir
+from ragen.policy.chat import ChatRenderer, ChatTemplateError
 
 META_FILE = "ragen_meta.json"
 
@@ -111,6 +112,14 @@ def load_causal_lm(path: str | Path, *, device: str = "auto", dtype: str = "auto
         raise ModelLoadError(f"model path {path}: cannot load the causal LM or its tokenizer ({error})") from None
     if tokenizer.chat_template is None:
         raise ModelLoadError(f"model path {path}: the tokenizer has no chat template")
+    try:
+        ChatRenderer(tokenizer, "<think>").check()
+    except ChatTemplateError:
+        raise ModelLoadError(
+            f"model path {path}: its chat template rewrites earlier turns of a conversation (as Qwen3's drops earlier "
+            "reasoning), and one token sequence per episode needs each turn's text to stay as it was sampled; give "
+            "the checkpoint a template that keeps earlier turns (`chat_template` in its tokenizer_config.json)"
+        ) from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

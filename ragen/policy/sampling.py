@@ -33,10 +33,13 @@ class Sample:
 class TokenTexts:
     """Each token's own text, computed once per tokenizer, for stop-string checks without decoding."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, extra_stop_ids: Sequence[int] = ()) -> None:
+        """`extra_stop_ids`: the model's own end tokens (its generation config's eos_token_id), e.g. Llama 3's
+        <|eot_id|> where the tokenizer's eos is <|end_of_text|>."""
         self.texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=False)
-        self.stop_ids = {i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id,
-                                     tokenizer.convert_tokens_to_ids("<|im_end|>")) if isinstance(i, int) and i >= 0}
+        candidates = (tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>"),
+                      *extra_stop_ids)
+        self.stop_ids = {i for i in candidates if isinstance(i, int) and 0 <= i < len(self.texts)}
         self.pad_id = tokenizer.pad_token_id
 
 

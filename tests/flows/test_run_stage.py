@@ -4,7 +4,9 @@ import sys
 
 import pytest
 
+from flows.base import base
 from flows.common import run_stage
+from flows.envgen import envgen
 from flows.evaluate import evaluate
 from flows.filter import filter_rollouts
 
@@ -39,3 +41,13 @@ def test_a_damaged_input_ends_with_the_file_and_the_fix(prefect_harness, project
     assert last.startswith("filter: data/rollouts/base.parquet: not a readable parquet file")
     assert last.endswith("delete it and run `dvc repro` to rebuild it")
     assert not (project / "data" / "rollouts" / "filtered.parquet").exists()
+
+
+def test_a_model_path_it_cannot_use_ends_with_the_path(prefect_harness, project, monkeypatch, capsys):
+    (project / "params.yaml").write_text("envs:\n  tags: [bandit]\n  train_size: 4\n  val_size: 2\n  test_size: 2\n")
+    envgen(params=str(project / "params.yaml"))
+    missing = project / "no_such_model"
+    assert run(base, monkeypatch, "model.source=hf", f"model.path={missing}") == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == f"base: model path {missing} does not exist; set model.path to a local checkpoint directory"
+    assert not (project / "models").exists()

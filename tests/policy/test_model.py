@@ -151,3 +151,19 @@ def test_directory_without_config_is_named(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     with pytest.raises(ModelLoadError, match="no config.json"):
         load_causal_lm(tmp_path)
+
+
+def test_a_template_that_rewrites_earlier_turns_is_named_at_load(hf_dir, tmp_path):
+    """A Qwen3-like template drops earlier reasoning: refused when the checkpoint loads, not mid-rollout."""
+    import shutil
+
+    from chat_templates import THINK_STRIPPING
+
+    shutil.copytree(hf_dir, tmp_path / "ckpt")
+    config_file = tmp_path / "ckpt" / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    (tmp_path / "ckpt" / "chat_template.jinja").unlink(missing_ok=True)  # where transformers 5 keeps it
+    config_file.write_text(json.dumps({**config, "chat_template": THINK_STRIPPING}))
+    with pytest.raises(ModelLoadError, match=r"ckpt: its chat template rewrites earlier turns .* give the checkpoint a "
+                                             r"template that keeps earlier turns \(`chat_template` in its tokenizer_"):
+        load_causal_lm(tmp_path / "ckpt", device="cpu")

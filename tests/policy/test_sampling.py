@@ -76,6 +76,28 @@ def test_stop_at_answer_close_end_of_turn_and_length(tokenizer):
     assert samples[2].finish == "length" and len(samples[2].token_ids) == 6
 
 
+def test_the_models_own_end_tokens_stop_it(tokenizer):
+    """A Llama 3 style checkpoint: the tokenizer's eos is <|end_of_text|>, the model ends turns with <|eot_id|>,
+    which its generation config lists; the Policy reads that list."""
+    from transformers import GenerationConfig
+
+    from chat_templates import llama3_style
+    from ragen.policy import Policy
+
+    tok = llama3_style(tokenizer)
+    eot, end = tok.convert_tokens_to_ids("<|eot_id|>"), tok.convert_tokens_to_ids("<|end_of_text|>")
+    script = tok.encode("go", add_special_tokens=False) + [eot] + tok.encode("never", add_special_tokens=False)
+    model = ScriptedLM([script], len(tok), prompt_len=2)
+    assert sample(model, TokenTexts(tok), [[5, 6]], max_new_tokens=6)[0].finish == "length"
+    model.generation_config = GenerationConfig(eos_token_id=[end, eot])
+    policy = Policy(model, tok)
+    assert {end, eot} <= policy.token_texts.stop_ids
+    stopped = policy.sample([[5, 6]], max_new_tokens=6)[0]
+    assert stopped.finish == "eos" and stopped.token_ids[-1] == eot
+    model.generation_config = GenerationConfig(eos_token_id=eot)  # one id, not a list
+    assert eot in Policy(model, tok).token_texts.stop_ids
+
+
 def test_forced_prefix_opens_generation(policy):
     for think, prefix in ((True, "<think>"), (False, "<answer>")):
         _, ids, _ = policy.renderer(think).start("Turn 1:\nState:\nPG\n")

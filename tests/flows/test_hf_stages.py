@@ -1,0 +1,80 @@
+"""Every stage on a user's local Hugging Face checkpoint (`model.source: hf`) of another family than ours (slow).
+
+The checkpoint is a randomly initialised Llama built here (no download) whose tokenizer works as Llama 3
+Instruct's does (tests/chat_templates.py): begin-of-text, role headers, trimmed content, turns closed by
+<|eot_id|>, which only the generation config names as an end token.
+"""
+
+import json
+
+import pytest
+import torch
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+from chat_templates import LLAMA3_STYLE, llama3_style
+from flows.base import base
+from flows.critic_fit import critic_fit
+from flows.envgen import envgen
+from flows.evaluate import evaluate
+from flows.filter import filter_rollouts
+from flows.rollout import rollout
+from flows.update import update_policy
+from ragen.policy import load_policy
+from ragen.policy.model import read_meta
+from ragen.policy.tokenizer import env_corpus, train_tokenizer
+from ragen.trajectory_io import read_trajectories
+
+SMALL = ["envs.tags=[sokoban]", "envs.train_size=16", "envs.val_size=4", "envs.test_size=4",
+         "rollout.max_new_tokens=16", "rollout.max_turns=3", "train.env=sokoban", "train.groups=4",
+         "train.group_size=4", "train.steps=2", "train.eval_every=2", "train.eval_episodes=4",
+         "train.checkpoint_every=1", "train.mini_batch_size=8", "filter.keep_ratio=0.5", "critic.warmup_epochs=2",
+         "eval.episodes=4", "model.source=hf"]
+
+
+def llama_checkpoint(path):
+    tok = llama3_style(train_tokenizer(env_corpus(["sokoban"], 4), 320))
+    end, eot = tok.convert_tokens_to_ids("<|end_of_text|>"), tok.convert_tokens_to_ids("<|eot_id|>")
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
+                         bos_token_id=tok.bos_token_id, eos_token_id=end)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=[end, eot])
+    model.save_pretrained(path, safe_serialization=True)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.mark.slow
+def test_every_stage_runs_on_a_local_llama_checkpoint(prefect_harness, project, tmp_path_factory):
+    hf = llama_checkpoint(tmp_path_factory.mktemp("llama") / "ckpt")
+    params = str(project / "params.yaml")
+    (project / "params.yaml").write_text("envs:\n  val_seed: 123\n")
+    small = [*SMALL, f"model.path={hf}"]
+    envgen(params=params, overrides=small)
+    base(params=params, overrides=small)
+    assert read_meta(project / "models/base") == {"source": "hf", "path": str(hf.resolve())}
+    rollout(params=params, overrides=small)
+    played = read_trajectories(project / "data/rollouts/base.parquet")
+    assert len(played) == 16 and max(len(t.turns) for t in played) > 1
+    policy = load_policy(project / "models/base", device="cpu")
+    for traj in played:  # the whole episode as the template writes it, turn after turn
+        text = policy.tokenizer.decode(traj.token_ids)
+        assert text.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n")
+        assert text.count("<|start_header_id|>assistant<|end_header_id|>\n\n<think>") == len(traj.turns)
+        assert text.count("<|eot_id|>") == 2 * len(traj.turns) + 1 and text.endswith("<|eot_id|>")
+    filter_rollouts(params=params, overrides=small)
+    critic_fit(params=params, overrides=small)
+    critic_config = json.loads((project / "models/critic_warm/config.json").read_text())
+    assert critic_config["architectures"] == ["LlamaForTokenClassification"]
+    result = update_policy(params=params, overrides=small)
+    assert all(torch.isfinite(torch.tensor(v)) for v in result.values() if isinstance(v, float))
+    trained = load_policy(project / "models/policy", device="cpu")
+    assert type(trained.model).__name__ == "LlamaForCausalLM" and trained.tokenizer.chat_template == LLAMA3_STYLE
+    assert {policy.tokenizer.convert_tokens_to_ids("<|eot_id|>")} <= trained.token_texts.stop_ids
+    before, after = policy.model.state_dict(), trained.model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    results = evaluate(params=params, overrides=small)
+    val = results["sokoban"]["val"]
+    assert val["success_gap"] == pytest.approx(val["success_rate"] - val["base_success_rate"])
+    assert json.loads((project / "metrics/eval.json").read_text()) == json.loads(json.dumps(results))
