@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from jinja2 import TemplateError
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -114,6 +115,11 @@ def load_causal_lm(path: str | Path, *, device: str = "auto", dtype: str = "auto
         raise ModelLoadError(f"model path {path}: the tokenizer has no chat template")
     try:
         ChatRenderer(tokenizer, "<think>").check()
+    except TemplateError as error:  # e.g. Gemma's and early Mistral's templates refuse a system message
+        raise ModelLoadError(
+            f"model path {path}: its chat template cannot render an episode (a system message, then user and "
+            f"assistant turns): {error}; give the checkpoint a template that takes a system message (`chat_template` "
+            "in its tokenizer_config.json)") from None
     except ChatTemplateError:
         raise ModelLoadError(
             f"model path {path}: its chat template rewrites earlier turns of a conversation (as Qwen3's drops earlier "

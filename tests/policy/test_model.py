@@ -153,17 +153,31 @@ def test_directory_without_config_is_named(tmp_path):
         load_causal_lm(tmp_path)
 
 
-def test_a_template_that_rewrites_earlier_turns_is_named_at_load(hf_dir, tmp_path):
-    """A Qwen3-like template drops earlier reasoning: refused when the checkpoint loads, not mid-rollout."""
+def with_template(hf_dir, dest, template):
+    """A copy of the checkpoint whose tokenizer has another chat template."""
     import shutil
 
+    shutil.copytree(hf_dir, dest)
+    config_file = dest / "tokenizer_config.json"
+    (dest / "chat_template.jinja").unlink(missing_ok=True)  # where transformers 5 keeps it
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "chat_template": template}))
+    return dest
+
+
+def test_a_template_that_rewrites_earlier_turns_is_named_at_load(hf_dir, tmp_path):
+    """A Qwen3-like template drops earlier reasoning: refused when the checkpoint loads, not mid-rollout."""
     from chat_templates import THINK_STRIPPING
 
-    shutil.copytree(hf_dir, tmp_path / "ckpt")
-    config_file = tmp_path / "ckpt" / "tokenizer_config.json"
-    config = json.loads(config_file.read_text())
-    (tmp_path / "ckpt" / "chat_template.jinja").unlink(missing_ok=True)  # where transformers 5 keeps it
-    config_file.write_text(json.dumps({**config, "chat_template": THINK_STRIPPING}))
+    ckpt = with_template(hf_dir, tmp_path / "ckpt", THINK_STRIPPING)
     with pytest.raises(ModelLoadError, match=r"ckpt: its chat template rewrites earlier turns .* give the checkpoint a "
                                              r"template that keeps earlier turns \(`chat_template` in its tokenizer_"):
-        load_causal_lm(tmp_path / "ckpt", device="cpu")
+        load_causal_lm(ckpt, device="cpu")
+
+
+def test_a_template_without_a_system_role_is_named_at_load(hf_dir, tmp_path):
+    refusing = ("{%- for m in messages %}{%- if m['role'] == 'system' %}{{ raise_exception('System role not "
+                "supported') }}{%- endif %}{{ m['content'] }}{%- endfor %}")
+    ckpt = with_template(hf_dir, tmp_path / "ckpt", refusing)
+    with pytest.raises(ModelLoadError, match=r"ckpt: its chat template cannot render an episode .*: System role not "
+                                             r"supported; give the checkpoint a template that takes a system message"):
+        load_causal_lm(ckpt, device="cpu")
