@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from jinja2 import TemplateError
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -112,20 +111,21 @@ def load_causal_lm(path: str | Path, *, device: str = "auto", dtype: str = "auto
     except Exception as error:
         raise ModelLoadError(f"model path {path}: cannot load the causal LM or its tokenizer ({error})") from None
     if tokenizer.chat_template is None:
-        raise ModelLoadError(f"model path {path}: the tokenizer has no chat template")
+        raise ModelLoadError(f"model path {path}: the tokenizer has no chat template; use an instruct (chat) "
+                             "checkpoint, or add `chat_template` to its tokenizer_config.json")
     try:
         ChatRenderer(tokenizer, "<think>").check()
-    except TemplateError as error:  # e.g. Gemma's and early Mistral's templates refuse a system message
-        raise ModelLoadError(
-            f"model path {path}: its chat template cannot render an episode (a system message, then user and "
-            f"assistant turns): {error}; give the checkpoint a template that takes a system message (`chat_template` "
-            "in its tokenizer_config.json)") from None
     except ChatTemplateError:
         raise ModelLoadError(
             f"model path {path}: its chat template rewrites earlier turns of a conversation (as Qwen3's drops earlier "
             "reasoning), and one token sequence per episode needs each turn's text to stay as it was sampled; give "
             "the checkpoint a template that keeps earlier turns (`chat_template` in its tokenizer_config.json)"
         ) from None
+    except Exception as error:  # the template's own error: Gemma's and early Mistral's refuse a system message
+        raise ModelLoadError(
+            f"model path {path}: its chat template cannot render an episode (a system message, then user and "
+            f"assistant turns): {error}; give the checkpoint a template that takes a system message (`chat_template` "
+            "in its tokenizer_config.json)") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -160,7 +160,8 @@ def with_template(hf_dir, dest, template):
     shutil.copytree(hf_dir, dest)
     config_file = dest / "tokenizer_config.json"
     (dest / "chat_template.jinja").unlink(missing_ok=True)  # where transformers 5 keeps it
-    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "chat_template": template}))
+    config = {k: v for k, v in json.loads(config_file.read_text()).items() if k != "chat_template"}
+    config_file.write_text(json.dumps(config | ({"chat_template": template} if template else {})))
     return dest
 
 
@@ -180,4 +181,11 @@ def test_a_template_without_a_system_role_is_named_at_load(hf_dir, tmp_path):
     ckpt = with_template(hf_dir, tmp_path / "ckpt", refusing)
     with pytest.raises(ModelLoadError, match=r"ckpt: its chat template cannot render an episode .*: System role not "
                                              r"supported; give the checkpoint a template that takes a system message"):
+        load_causal_lm(ckpt, device="cpu")
+
+
+def test_a_tokenizer_without_a_chat_template_is_named(hf_dir, tmp_path):
+    ckpt = with_template(hf_dir, tmp_path / "ckpt", None)
+    with pytest.raises(ModelLoadError, match=r"ckpt: the tokenizer has no chat template; use an instruct \(chat\) "
+                                             r"checkpoint, or add `chat_template` to its tokenizer_config.json"):
         load_causal_lm(ckpt, device="cpu")
