@@ -52,7 +52,7 @@ def build_tiny(cfg: Config, envs_dir: Path, tracker: MlflowTracker) -> Policy:
     for tag in cfg.base.envs or cfg.envs.tags:
         seeds = read_seeds(envs_dir, tag, "train")
         # as many responses per env: single-turn envs (Bandit, Countdown) get max_turns x more conversations
-        count = cfg.base.episodes_per_env * cfg.rollout.max_turns // min(make_env(tag).max_turns, cfg.rollout.max_turns)
+        count = cfg.base.episodes_per_env * cfg.rollout.max_turns // make_env(tag).turn_limit(cfg.rollout.max_turns)
         specs = [EpisodeSpec(tag, seeds[i % len(seeds)], i) for i in range(count)]
         data += run_episodes(specs, respond, renderer, cfg.rollout, max_positions=m.max_positions)
     tracker.log_metrics({"base/parameters": count_parameters(model), "base/vocab_size": len(tokenizer),

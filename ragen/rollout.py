@@ -101,7 +101,7 @@ def run_episodes(specs: Sequence[EpisodeSpec], respond: Responder, renderer: Cha
 def _play_turn(ep: _Episode, sample: Sample, turn: int, renderer: ChatRenderer, cfg: RolloutConfig,
                max_positions: int, potential: Potential | None = None) -> None:
     env, tokenizer = ep.env, renderer.tokenizer
-    turns_left = min(cfg.max_turns, env.max_turns) - turn + 1  # this turn included
+    turns_left = env.turn_limit(cfg.max_turns) - turn + 1  # this turn included
     before = potential(env, ep.actions_left, turns_left) if potential else 0.0
     ended_with_eos = sample.finish == "eos"
     text_ids = sample.token_ids[:-1] if ended_with_eos else sample.token_ids
@@ -132,7 +132,7 @@ def _play_turn(ep: _Episode, sample: Sample, turn: int, renderer: ChatRenderer, 
         ep.end_reason = "truncated"
     elif ep.actions_left == 0:
         ep.end_reason = "budget"
-    elif turn >= min(cfg.max_turns, env.max_turns):
+    elif turn >= env.turn_limit(cfg.max_turns):
         ep.end_reason = "turns"
     user = None
     if not ep.end_reason:

@@ -83,7 +83,7 @@ def scripted_responder(mode: str, tokenizer: PreTrainedTokenizerBase, prefix: st
         for env in envs:
             turn = 0 if env.num_steps == 0 else turns_taken.get(id(env), 0)
             turns_taken[id(env)] = turn + 1
-            actions = choose(env, rng, max_actions_per_turn, min(max_turns, env.max_turns) - turn)
+            actions = choose(env, rng, max_actions_per_turn, env.turn_limit(max_turns) - turn)
             text = example_response(rng, actions, enable_think, kind=thought_kind(env))
             ids = tokenizer.encode(text[len(prefix):], add_special_tokens=False)
             samples.append(Sample(tuple(ids), (0.0,) * len(ids), "stop"))

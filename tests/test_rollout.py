@@ -163,6 +163,16 @@ def test_effective_actions_and_pass_at_n(tokenizer):
     assert summarize([])["effective_action_rate"] == 0.0
 
 
+def test_more_turns_than_ragens_five_are_played(tokenizer):
+    """rollout.max_turns is the turn limit of a multi-turn env (it was capped at RAGEN's 5 before 2026-12-05)."""
+    one = ["x</think><answer>Up</answer>"] * 12
+    traj = play(tokenizer, one, cfg=RolloutConfig(max_turns=7))
+    assert len(traj.turns) == 7 and traj.end_reason == "turns" and traj.num_actions == 7
+    traj = play(tokenizer, one, cfg=RolloutConfig(max_turns=12))
+    assert len(traj.turns) == 10 and traj.end_reason == "budget"  # Sokoban's 10 actions run out first
+    assert "You have 1 actions left" in tokenizer.decode(traj.token_ids)
+
+
 def test_single_turn_envs_end_after_one_turn(tokenizer):
     traj = play(tokenizer, ["x</think><answer>Nope</answer>"] * 5, spec=EpisodeSpec("bandit", 3))
     assert len(traj.turns) == 1 and traj.end_reason == "turns" and traj.penalty == -0.1 and not traj.success

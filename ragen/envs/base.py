@@ -52,7 +52,7 @@ class TextEnv:
     instruction: str = ""
     action_names: tuple[str, ...] | None = None
     max_actions_per_traj: int = 1
-    max_turns: int = 5  # RAGEN's max_turn: 5, but 1 for the single-action envs (Bandit, Countdown)
+    max_turns: int = 5  # RAGEN's max_turn: 5, but 1 for the single-action envs (Bandit, Countdown); see turn_limit
     lists_actions: bool = False  # whether RAGEN's instruction names the actions (Sokoban, FrozenLake)
     grid_vocab: dict[str, str] | None = None  # symbol -> meaning, shown as a legend in the instruction
 
@@ -62,6 +62,14 @@ class TextEnv:
         self.num_steps = 0
         self.done = True
         self.last_success = False
+
+    def turn_limit(self, max_turns: int) -> int:
+        """Turns an episode may take under `rollout.max_turns`: all of them, but one for a single-action env.
+
+        `max_turns` above is RAGEN's default (what the tokenizer's corpus plays), not a cap: 10 turns of one
+        action each are 10 turns here.
+        """
+        return 1 if self.max_turns == 1 else max_turns
 
     # --- the Gymnasium contract ---
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
