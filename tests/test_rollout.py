@@ -43,23 +43,6 @@ def play(tokenizer, responses, spec=EpisodeSpec("sokoban", 4), cfg=RolloutConfig
     return run_episodes([spec], scripted(tokenizer, responses), renderer, cfg, max_positions=max_positions)[0]
 
 
-def test_sequence_is_the_chat_template_of_the_conversation(tokenizer):
-    responses = ["I go.</think><answer>Up || Left</answer>", "oops no tags", "ok</think><answer>Down</answer>",
-                 "x</think><answer>Right</answer>", "y</think><answer>Left</answer>"]
-    traj = play(tokenizer, responses)
-    env = make_env("sokoban")
-    env.reset(seed=4)
-    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
-    left = env.max_actions_per_traj
-    for k, turn in enumerate(traj.turns, start=1):
-        user = first_user_message(env, turn.state, left, True) if k == 1 else next_user_message(
-            traj.turns[k - 2].reward, k, turn.state, left, True)
-        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": "<think>" + turn.response}]
-        left -= turn.executed
-    assert tokenizer.decode(traj.token_ids) == tokenizer.apply_chat_template(messages, tokenize=False)
-    assert len(traj.turns) == 5 and traj.end_reason == "turns"
-
-
 def conversation(traj, spec=EpisodeSpec("sokoban", 4)):
     """The chat messages of a played episode, rebuilt from the env and the recorded turns."""
     env = make_env(spec.tag)
@@ -72,6 +55,14 @@ def conversation(traj, spec=EpisodeSpec("sokoban", 4)):
         messages += [{"role": "user", "content": user}, {"role": "assistant", "content": "<think>" + turn.response}]
         left -= turn.executed
     return messages
+
+
+def test_sequence_is_the_chat_template_of_the_conversation(tokenizer):
+    responses = ["I go.</think><answer>Up || Left</answer>", "oops no tags", "ok</think><answer>Down</answer>",
+                 "x</think><answer>Right</answer>", "y</think><answer>Left</answer>"]
+    traj = play(tokenizer, responses)
+    assert tokenizer.decode(traj.token_ids) == tokenizer.apply_chat_template(conversation(traj), tokenize=False)
+    assert len(traj.turns) == 5 and traj.end_reason == "turns"
 
 
 def test_a_trimming_template_whose_turns_end_in_their_own_token():
