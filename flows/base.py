@@ -2,7 +2,8 @@
 
 tiny: train the byte-level BPE tokenizer on env text, build the small Qwen2, warm-start it by supervised training
 (`base.mode` warm: random valid actions; sft: solver demonstrations), save it to models/base/.
-hf: check that `model.path` loads as a causal LM with a chat template and record the path in models/base/.
+hf: check that `model.path` loads as a causal LM whose chat template (or `model.chat_template`) can play an
+episode, and record the path (and that template) in models/base/.
 Then measure the base policy on each env's val split at the rollout temperature: format-valid rate, success
 rate, and the success of random valid actions on the same instances (metrics/base.json and MLflow).
 
@@ -23,7 +24,8 @@ from flows.common import read_seeds, run_stage, write_json
 from ragen.config import Config, load_config
 from ragen.envs import make_env
 from ragen.policy import Policy
-from ragen.policy.model import build_tiny_model, count_parameters, load_causal_lm, save_meta, save_model
+from ragen.policy.model import (build_tiny_model, count_parameters, load_causal_lm, read_chat_template, save_meta,
+                                save_model)
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import policy_responder, run_episodes, summarize
@@ -76,9 +78,9 @@ def build_tiny(cfg: Config, envs_dir: Path, tracker: MlflowTracker) -> Policy:
             print(f"base | step {step + 1}/{cfg.base.steps} | sft/loss {metrics['sft/loss']:.3f} | eta {eta:.0f}s")
 
     torch.manual_seed(cfg.base.seed)
-    train_supervised(model, data, pad_id=tokenizer.pad_token_id, steps=cfg.base.steps, batch_tokens=cfg.base.batch_tokens,
-                     lr=cfg.base.lr, warmup_steps=cfg.base.warmup_steps, weight_decay=cfg.base.weight_decay,
-                     seed=cfg.base.seed, loss_mask=cfg.base.loss_mask, log=log)
+    train_supervised(model, data, pad_id=tokenizer.pad_token_id, steps=cfg.base.steps,
+                     batch_tokens=cfg.base.batch_tokens, lr=cfg.base.lr, warmup_steps=cfg.base.warmup_steps,
+                     weight_decay=cfg.base.weight_decay, seed=cfg.base.seed, loss_mask=cfg.base.loss_mask, log=log)
     tracker.log_metrics({"timing/base/train_s": time.perf_counter() - train_start})
     return policy
 
@@ -123,9 +125,12 @@ def base(params: str = "params.yaml", overrides: list[str] | None = None, envs_d
             policy = build_tiny(cfg, envs_path, tracker)
             meta = {"source": "tiny", "mode": cfg.base.mode}
         else:
-            model, tokenizer = load_causal_lm(cfg.model.path, **cfg.model.placement())
+            template = read_chat_template(cfg.model.chat_template) if cfg.model.chat_template else ""
+            model, tokenizer = load_causal_lm(cfg.model.path, chat_template=template, **cfg.model.placement())
             policy = Policy(model.eval(), tokenizer)
             meta = {"source": "hf", "path": str(Path(cfg.model.path).expanduser().resolve())}
+            if template:  # later stages load the checkpoint with it: the file may change, this copy does not
+                meta["chat_template"] = template
             print(f"base | hf model {meta['path']}: {count_parameters(model) / 1e6:.1f} M parameters on {model.device}")
         start = time.perf_counter()
         results, samples = evaluate_base(cfg, policy, envs_path)

@@ -16,7 +16,8 @@ from typing import Any, List, Sequence
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-DEFAULT_ENV_TAGS = ["bandit", "bandit_test", "bandit_rev", "sokoban", "sokoban_large", "sokoban_vocab", "frozen_lake", "countdown"]
+DEFAULT_ENV_TAGS = ["bandit", "bandit_test", "bandit_rev", "sokoban", "sokoban_large", "sokoban_vocab", "frozen_lake",
+                    "countdown"]
 
 
 class ConfigError(ValueError):
@@ -42,7 +43,10 @@ class ModelConfig:
 
     source: str = "tiny"  # tiny (the embedded default, built here) | hf (a local Hugging Face checkpoint)
     path: str = ""  # hf only: local checkpoint directory (e.g. a Qwen2.5-0.5B-Instruct download); never fetched
-    vocab_size: int = 1024  # tiny: byte-level BPE trained on env text; the model gets 4 more ids (whole operator tokens)
+    # hf only: a Jinja chat template file that replaces the checkpoint's own, for a checkpoint whose template
+    # rewrites earlier turns (Qwen3's) or refuses a system message (Gemma's); empty: the checkpoint's own
+    chat_template: str = ""
+    vocab_size: int = 1024  # tiny: byte-level BPE trained on env text; the model gets 4 more ids (whole operators)
     # tiny: how a grid row of a state is tokenised. bpe: merged like any text, so a row splits into chunks such as
     # "#___" + "P#" whose cells have no fixed token offset; cells: one token per cell, so the cell below another is
     # always a row's width further on (bench/RESULTS.md, "Grid rows one cell a token")
@@ -334,6 +338,9 @@ def validate(config: Config) -> None:
             raise ConfigError(f"{key}: {value!r} is not one of {', '.join(allowed)}")
     if config.model.source == "hf" and not config.model.path:
         raise ConfigError("model.path: empty; model.source hf needs a local checkpoint directory")
+    if config.model.chat_template and config.model.source != "hf":
+        raise ConfigError("model.chat_template: applies to model.source hf only (the tiny policy's template comes "
+                          "with its tokenizer); leave it empty, or set model.source=hf")
     if config.model.hidden_size % config.model.num_heads or config.model.num_heads % config.model.num_kv_heads:
         raise ConfigError("model: hidden_size must be divisible by num_heads, and num_heads by num_kv_heads")
     check_ranges(config)
@@ -345,8 +352,8 @@ def validate(config: Config) -> None:
         raise ConfigError(f"algo.outcome {a.outcome} scores whole trajectories, so it needs algo.reward_placement=last "
                           f"(per-turn rewards are the env's own)")
     if a.first_action_bonus != "none" and a.reward_placement != "last":
-        raise ConfigError(f"algo.first_action_bonus {a.first_action_bonus} adds to whole-trajectory returns, so it needs "
-                          "algo.reward_placement=last (per-turn rewards are the env's own)")
+        raise ConfigError(f"algo.first_action_bonus {a.first_action_bonus} adds to whole-trajectory returns, so it "
+                          "needs algo.reward_placement=last (per-turn rewards are the env's own)")
     if a.shaping != "none":
         from ragen.shaping import shapeable
 
@@ -368,8 +375,8 @@ def validate(config: Config) -> None:
             (a0, a1), (b0, b1) = ranges[a], ranges[b]
             if a0 < b1 and b0 < a1:
                 raise ConfigError(
-                    f"envs: {a} seeds [{a0}, {a1}) overlap {b} seeds [{b0}, {b1}); move envs.{b}_seed so splits stay disjoint"
-                )
+                    f"envs: {a} seeds [{a0}, {a1}) overlap {b} seeds [{b0}, {b1}); move envs.{b}_seed so splits "
+                    "stay disjoint")
 
 
 # numeric knobs and the bound each must keep; a value outside stops the run before it starts, naming the key and the

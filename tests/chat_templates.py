@@ -2,9 +2,9 @@
 
 `llama3_style` gives a tokenizer that behaves like a Llama 3 Instruct checkpoint's: a begin-of-text token,
 role headers, content trimmed of surrounding whitespace, turns closed by <|eot_id|>, and (as in the first Llama 3
-release) a tokenizer eos of <|end_of_text|> that is not the token closing a turn. THINK_STRIPPING rewrites earlier
-assistant turns (drops their reasoning, as Qwen3's template does), so a conversation is not a prefix of its
-continuation.
+release) a tokenizer eos of <|end_of_text|> that is not the token closing a turn. THINK_STRIPPING (ChatML) and
+LLAMA3_THINK_STRIPPING rewrite earlier assistant turns (drop their reasoning, as Qwen3's template does), so a
+conversation is not a prefix of its continuation.
 """
 
 import copy
@@ -14,6 +14,19 @@ LLAMA3_STYLE = (
     "{%- for message in messages %}"
     "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim"
     " + '<|eot_id|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+)
+
+# Llama 3's template, but dropping the reasoning of earlier assistant turns (Qwen3's habit)
+LLAMA3_THINK_STRIPPING = (
+    "{{- bos_token }}"
+    "{%- for message in messages %}"
+    "{%- set content = message['content'] %}"
+    "{%- if message['role'] == 'assistant' and not loop.last and '</think>' in content %}"
+    "{%- set content = content.split('</think>')[-1] %}"
+    "{%- endif %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + content | trim + '<|eot_id|>' }}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
 )
@@ -30,12 +43,12 @@ THINK_STRIPPING = (
 )
 
 
-def llama3_style(tokenizer):
+def llama3_style(tokenizer, template=LLAMA3_STYLE):
     """A copy of `tokenizer` with Llama 3's special tokens and a template that works as Llama 3's does."""
     tok = copy.deepcopy(tokenizer)
     tok.add_special_tokens({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>",
                             "additional_special_tokens": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]})
-    tok.chat_template = LLAMA3_STYLE
+    tok.chat_template = template
     return tok
 
 

@@ -38,7 +38,8 @@ def write(tmp_path, text):
     "text, message",
     [
         ("envs:\n  trian_size: 3\n", "unknown key 'envs.trian_size'; known keys under 'envs': tags, train_size"),
-        ("env:\n  train_size: 3\n", "unknown key 'env'; known keys at the top level: envs, model, base, rollout, filter"),
+        ("env:\n  train_size: 3\n",
+         "unknown key 'env'; known keys at the top level: envs, model, base, rollout, filter"),
         ("envs:\n  train_size: many\n", "bad value for 'envs.train_size'"),
         ("envs:\n  tags: [sokoban, sokobn]\n", "unknown env tag"),
         ("envs:\n  val_size: 0\n", "envs.val_size must be positive"),
@@ -52,6 +53,7 @@ def write(tmp_path, text):
         ("envs:\n  tags: [bandit]\nbase:\n  envs: [sokoban]\n", "base.envs: ['sokoban'] not in envs.tags"),
         ("base:\n  envs: [sokoban, sokoban]\n", "base.envs: duplicate tags in ['sokoban', 'sokoban']; name each"),
         ("eval:\n  samples: 0\n", "eval.samples must be >= 1"),
+        ("model:\n  chat_template: chatml.jinja\n", "model.chat_template: applies to model.source hf only"),
         ("critic:\n  ppo_epochs: -1\n", "critic.ppo_epochs must be >= 0"),
         ("critic:\n  warmup_epochs: -2\n", "critic.warmup_epochs must be >= 0"),
         ("algo:\n  reward_norm_grouping: group\n",

@@ -25,8 +25,9 @@ class Policy:
         self.token_texts = TokenTexts(self.tokenizer, generation_eos_ids(self.model))
 
     @classmethod
-    def from_dir(cls, path: str | Path, *, device: str = "auto", dtype: str = "auto", attn: str = "auto") -> Policy:
-        model, tokenizer = load_causal_lm(path, device=device, dtype=dtype, attn=attn)
+    def from_dir(cls, path: str | Path, *, chat_template: str = "", device: str = "auto", dtype: str = "auto",
+                 attn: str = "auto") -> Policy:
+        model, tokenizer = load_causal_lm(path, chat_template=chat_template, device=device, dtype=dtype, attn=attn)
         return cls(model.eval(), tokenizer)
 
     def renderer(self, enable_think: bool) -> ChatRenderer:
@@ -46,10 +47,13 @@ def generation_eos_ids(model: PreTrainedModel) -> list[int]:
 
 
 def load_policy(path: str | Path, *, device: str = "auto", dtype: str = "auto", attn: str = "auto") -> Policy:
-    """A policy saved by a stage: the weights in `path`, or for `hf` the local checkpoint its meta points to."""
+    """A policy saved by a stage: the weights in `path`, or for `hf` the local checkpoint its meta points to, with
+    the chat template stage base recorded there (`model.chat_template`; a trained policy's tokenizer keeps it)."""
     meta = read_meta(path)
-    source = Path(meta["path"]) if meta.get("source") == "hf" else Path(path)
-    return Policy.from_dir(source, device=device, dtype=dtype, attn=attn)
+    if meta.get("source") == "hf":
+        return Policy.from_dir(meta["path"], chat_template=meta.get("chat_template", ""), device=device, dtype=dtype,
+                               attn=attn)
+    return Policy.from_dir(path, device=device, dtype=dtype, attn=attn)
 
 
 __all__ = ["Policy", "Sample", "load_policy"]

@@ -46,7 +46,10 @@ class ChatRenderer:
         kept = content.rstrip()
         before = self.render(messages, add_generation_prompt=True) + kept
         closed = messages + [{"role": "assistant", "content": content}]
-        after = self.render(closed + [nxt], add_generation_prompt=True) if nxt else self.render(closed, add_generation_prompt=False)
+        if nxt:
+            after = self.render(closed + [nxt], add_generation_prompt=True)
+        else:
+            after = self.render(closed, add_generation_prompt=False)
         if not after.startswith(before):
             raise ChatTemplateError("the chat template does not keep earlier turns unchanged; multi-turn token-in-"
                                     "token-out needs a prefix-stable template")
@@ -56,7 +59,8 @@ class ChatRenderer:
             rest = rest[len(trailing) :]
         return rest + (self.prefix if nxt else "")
 
-    def continue_ids(self, messages: list[dict[str, str]], response: str, stop_text: str, user: str | None) -> list[int]:
+    def continue_ids(self, messages: list[dict[str, str]], response: str, stop_text: str,
+                     user: str | None) -> list[int]:
         """Ids that follow a sampled response: close the turn, then (if `user`) the next user turn and prefix.
 
         `response` is the decoded sampled text without its end-of-turn token; when the model sampled one itself,

@@ -36,7 +36,8 @@ hf_logging.disable_progress_bar()  # no "Writing model shards" bars in stage log
 
 
 class ModelLoadError(RuntimeError):
-    """A model path is missing, unreadable, or not a causal language model."""
+    """A model path is missing, unreadable or not a causal language model, or its chat template cannot play an
+    episode (none, one that rewrites earlier turns, one that refuses a system message)."""
 
 
 def pick_device(device: str = "auto") -> torch.device:
@@ -92,9 +93,27 @@ def _check_dir(path: str | Path) -> Path:
     return path
 
 
-def load_causal_lm(path: str | Path, *, device: str = "auto", dtype: str = "auto", attn: str = "auto"
-                   ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Model and tokenizer from a local directory; a clear ModelLoadError naming the path otherwise."""
+def read_chat_template(file: str | Path) -> str:
+    """The text of a Jinja chat template file (`model.chat_template`); ModelLoadError naming the key otherwise."""
+    path = Path(file).expanduser()
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ModelLoadError(f"model.chat_template: cannot read {path} ({error.__class__.__name__}); set it to a "
+                             "Jinja chat template file, or leave it empty for the checkpoint's own") from None
+    if not text.strip():
+        raise ModelLoadError(f"model.chat_template: {path} is empty; set it to a Jinja chat template file, or leave "
+                             "it empty for the checkpoint's own")
+    return text
+
+
+def load_causal_lm(path: str | Path, *, chat_template: str = "", device: str = "auto", dtype: str = "auto",
+                   attn: str = "auto") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Model and tokenizer from a local directory; a clear ModelLoadError naming the path otherwise.
+
+    `chat_template` (its text; empty: the checkpoint's own) replaces the tokenizer's template, so that a
+    checkpoint whose template cannot play an episode token in, token out runs with one that can.
+    """
     path = _check_dir(path)
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
@@ -110,22 +129,23 @@ def load_causal_lm(path: str | Path, *, device: str = "auto", dtype: str = "auto
             attn_implementation=pick_attn(torch_device, attn))
     except Exception as error:
         raise ModelLoadError(f"model path {path}: cannot load the causal LM or its tokenizer ({error})") from None
+    if chat_template:
+        tokenizer.chat_template = chat_template
+    whose = "model.chat_template" if chat_template else f"model path {path}: its chat template"
     if tokenizer.chat_template is None:
         raise ModelLoadError(f"model path {path}: the tokenizer has no chat template; use an instruct (chat) "
-                             "checkpoint, or add `chat_template` to its tokenizer_config.json")
+                             "checkpoint, or set model.chat_template to a Jinja template file")
     try:
         ChatRenderer(tokenizer, "<think>").check()
     except ChatTemplateError:
         raise ModelLoadError(
-            f"model path {path}: its chat template rewrites earlier turns of a conversation (as Qwen3's drops earlier "
-            "reasoning), and one token sequence per episode needs each turn's text to stay as it was sampled; give "
-            "the checkpoint a template that keeps earlier turns (`chat_template` in its tokenizer_config.json)"
-        ) from None
+            f"{whose} rewrites earlier turns of a conversation (as Qwen3's drops earlier reasoning), and one token "
+            "sequence per episode needs each turn's text to stay as it was sampled; set model.chat_template to a "
+            "template file that keeps earlier turns (for Qwen3, Qwen2.5's ChatML template)") from None
     except Exception as error:  # the template's own error: Gemma's and early Mistral's refuse a system message
         raise ModelLoadError(
-            f"model path {path}: its chat template cannot render an episode (a system message, then user and "
-            f"assistant turns): {error}; give the checkpoint a template that takes a system message (`chat_template` "
-            "in its tokenizer_config.json)") from None
+            f"{whose} cannot render an episode (a system message, then user and assistant turns): {error}; set "
+            "model.chat_template to a template file that takes a system message") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -2,7 +2,9 @@
 
 The checkpoint is a randomly initialised Llama built here (no download) whose tokenizer works as Llama 3
 Instruct's does (tests/chat_templates.py): begin-of-text, role headers, trimmed content, turns closed by
-<|eot_id|>, which only the generation config names as an end token.
+<|eot_id|>, which only the generation config names as an end token. Run twice: with that template in the
+checkpoint, and with one there that drops earlier reasoning (as Qwen3's does, which one token sequence per episode
+cannot take) and the Llama 3 style one given as `model.chat_template`.
 """
 
 import json
@@ -11,7 +13,7 @@ import pytest
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from chat_templates import LLAMA3_STYLE, llama3_style
+from chat_templates import LLAMA3_STYLE, LLAMA3_THINK_STRIPPING, llama3_style
 from flows.base import base
 from flows.critic_fit import critic_fit
 from flows.envgen import envgen
@@ -31,8 +33,8 @@ SMALL = ["envs.tags=[sokoban]", "envs.train_size=16", "envs.val_size=4", "envs.t
          "eval.episodes=4", "model.source=hf"]
 
 
-def llama_checkpoint(path):
-    tok = llama3_style(train_tokenizer(env_corpus(["sokoban"], 4), 320))
+def llama_checkpoint(path, template=LLAMA3_STYLE):
+    tok = llama3_style(train_tokenizer(env_corpus(["sokoban"], 4), 320), template)
     end, eot = tok.convert_tokens_to_ids("<|end_of_text|>"), tok.convert_tokens_to_ids("<|eot_id|>")
     config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
@@ -46,14 +48,21 @@ def llama_checkpoint(path):
 
 
 @pytest.mark.slow
-def test_every_stage_runs_on_a_local_llama_checkpoint(prefect_harness, project, tmp_path_factory):
-    hf = llama_checkpoint(tmp_path_factory.mktemp("llama") / "ckpt")
+@pytest.mark.parametrize("override", [False, True], ids=["own-template", "model.chat_template"])
+def test_every_stage_runs_on_a_local_llama_checkpoint(prefect_harness, project, tmp_path_factory, override):
+    root = tmp_path_factory.mktemp("llama")
+    hf = llama_checkpoint(root / "ckpt", LLAMA3_THINK_STRIPPING if override else LLAMA3_STYLE)
     params = str(project / "params.yaml")
     (project / "params.yaml").write_text("envs:\n  val_seed: 123\n")
     small = [*SMALL, f"model.path={hf}"]
+    if override:
+        (root / "llama3.jinja").write_text(LLAMA3_STYLE)
+        small.append(f"model.chat_template={root / 'llama3.jinja'}")
     envgen(params=params, overrides=small)
     base(params=params, overrides=small)
-    assert read_meta(project / "models/base") == {"source": "hf", "path": str(hf.resolve())}
+    (root / "llama3.jinja").unlink(missing_ok=True)  # later stages use the copy stage base recorded
+    assert read_meta(project / "models/base") == ({"source": "hf", "path": str(hf.resolve())}
+                                                  | ({"chat_template": LLAMA3_STYLE} if override else {}))
     rollout(params=params, overrides=small)
     played = read_trajectories(project / "data/rollouts/base.parquet")
     assert len(played) == 16 and max(len(t.turns) for t in played) > 1

@@ -51,3 +51,9 @@ def test_a_model_path_it_cannot_use_ends_with_the_path(prefect_harness, project,
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last == f"base: model path {missing} does not exist; set model.path to a local checkpoint directory"
     assert not (project / "models").exists()
+    template = project / "no_such_template.jinja"
+    assert run(base, monkeypatch, "model.source=hf", f"model.path={project}", f"model.chat_template={template}") == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == (f"base: model.chat_template: cannot read {template} (FileNotFoundError); set it to a Jinja chat "
+                    "template file, or leave it empty for the checkpoint's own")
+    assert not (project / "models").exists()

@@ -8,10 +8,11 @@ from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2ForTokenClassificat
 
 from ragen.fileio import StageFileError
 from ragen.policy import Policy, load_policy
-from ragen.policy.model import (ModelLoadError, build_critic, load_causal_lm, load_critic, pick_attn, read_meta,
-                                save_model)
+from ragen.policy.model import (ModelLoadError, build_critic, load_causal_lm, load_critic, pick_attn,
+                                read_chat_template, read_meta, save_model)
 from ragen.policy.sampling import left_pad
 from ragen.policy.scoring import score_sequences, token_values
+from ragen.prompting import SYSTEM_PROMPT
 
 
 @pytest.fixture(scope="module")
@@ -170,9 +171,38 @@ def test_a_template_that_rewrites_earlier_turns_is_named_at_load(hf_dir, tmp_pat
     from chat_templates import THINK_STRIPPING
 
     ckpt = with_template(hf_dir, tmp_path / "ckpt", THINK_STRIPPING)
-    with pytest.raises(ModelLoadError, match=r"ckpt: its chat template rewrites earlier turns .* give the checkpoint a "
-                                             r"template that keeps earlier turns \(`chat_template` in its tokenizer_"):
+    with pytest.raises(ModelLoadError, match=r"ckpt: its chat template rewrites earlier turns .* set model.chat_"
+                                             r"template to a template file that keeps earlier turns \(for Qwen3, "):
         load_causal_lm(ckpt, device="cpu")
+
+
+def test_model_chat_template_replaces_the_checkpoints_own(hf_dir, tmp_path, tokenizer):
+    """The Qwen3-like checkpoint runs with a ChatML template given in its place; a bad override is named as one."""
+    from chat_templates import THINK_STRIPPING
+
+    ckpt = with_template(hf_dir, tmp_path / "ckpt", THINK_STRIPPING)
+    (tmp_path / "chatml.jinja").write_text(tokenizer.chat_template)
+    model, loaded = load_causal_lm(ckpt, chat_template=read_chat_template(tmp_path / "chatml.jinja"), device="cpu")
+    assert loaded.chat_template == tokenizer.chat_template
+    renderer = Policy(model.eval(), loaded).renderer(enable_think=True)
+    messages, ids, _ = renderer.start("Turn 1:")
+    response = "Go.</think><answer>Up</answer>"
+    ids += loaded.encode(response, add_special_tokens=False)
+    ids += renderer.continue_ids(messages, response, "", "Turn 2:")  # the checkpoint's own template refuses this
+    assert loaded.decode(ids) == (f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\nTurn 1:"
+                                  f"<|im_end|>\n<|im_start|>assistant\n<think>{response}<|im_end|>\n<|im_start|>"
+                                  "user\nTurn 2:<|im_end|>\n<|im_start|>assistant\n<think>")
+    with pytest.raises(ModelLoadError, match=r"^model.chat_template rewrites earlier turns"):
+        load_causal_lm(hf_dir, chat_template=THINK_STRIPPING, device="cpu")
+
+
+def test_model_chat_template_file_is_checked(tmp_path):
+    with pytest.raises(ModelLoadError, match=r"model.chat_template: cannot read .*nope.jinja \(FileNotFoundError\); "
+                                             r"set it to a Jinja chat template file, or leave it empty"):
+        read_chat_template(tmp_path / "nope.jinja")
+    (tmp_path / "blank.jinja").write_text("\n")
+    with pytest.raises(ModelLoadError, match=r"model.chat_template: .*blank.jinja is empty"):
+        read_chat_template(tmp_path / "blank.jinja")
 
 
 def test_a_template_without_a_system_role_is_named_at_load(hf_dir, tmp_path):
@@ -180,12 +210,12 @@ def test_a_template_without_a_system_role_is_named_at_load(hf_dir, tmp_path):
                 "supported') }}{%- endif %}{{ m['content'] }}{%- endfor %}")
     ckpt = with_template(hf_dir, tmp_path / "ckpt", refusing)
     with pytest.raises(ModelLoadError, match=r"ckpt: its chat template cannot render an episode .*: System role not "
-                                             r"supported; give the checkpoint a template that takes a system message"):
+                                             r"supported; set model.chat_template to a template file that takes a "):
         load_causal_lm(ckpt, device="cpu")
 
 
 def test_a_tokenizer_without_a_chat_template_is_named(hf_dir, tmp_path):
     ckpt = with_template(hf_dir, tmp_path / "ckpt", None)
     with pytest.raises(ModelLoadError, match=r"ckpt: the tokenizer has no chat template; use an instruct \(chat\) "
-                                             r"checkpoint, or add `chat_template` to its tokenizer_config.json"):
+                                             r"checkpoint, or set model.chat_template to a Jinja template file"):
         load_causal_lm(ckpt, device="cpu")
