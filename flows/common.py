@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -24,8 +25,9 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
 
     A config the stage cannot take (an unknown key, a bad value, no params.yaml) stops it before the flow starts,
     and an input it cannot read (missing, damaged, a checkpoint it cannot restore, a model path it cannot use)
-    after Prefect has logged the flow run's failure; either way the last line on stderr is "<stage>: <what is
-    wrong and the fix>", exit code 2, instead of a Python traceback. Without Prefect's flow heartbeat thread:
+    after Prefect has logged the flow run's failure (its one line, without the traceback: `QuietInputErrors`);
+    either way the last line on stderr is "<stage>: <what is wrong and the fix>", exit code 2, instead of a Python
+    traceback. A bug still fails with its whole traceback. Without Prefect's flow heartbeat thread:
     joining it costs ~1 s per flow run, and a DVC stage's process is supervised by DVC, not by Prefect's
     crashed-run detection (served deployments keep their heartbeats).
     """
@@ -36,14 +38,34 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
     from ragen.fileio import StageFileError
     from ragen.policy.model import ModelLoadError
 
+    input_errors = (ConfigError, StageFileError, CheckpointError, ModelLoadError, FileNotFoundError)
     overrides = cli_overrides()
+    quiet = QuietInputErrors(input_errors)
+    flow_runs = logging.getLogger("prefect.flow_runs")
+    flow_runs.addFilter(quiet)
     try:
         load_config("params.yaml", overrides)
         with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
             return stage_flow(overrides=overrides)
-    except (ConfigError, StageFileError, CheckpointError, ModelLoadError, FileNotFoundError) as error:
+    except input_errors as error:
         print(f"{stage_flow.name}: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    finally:
+        flow_runs.removeFilter(quiet)
+
+
+class QuietInputErrors(logging.Filter):
+    """Drops the traceback from a log record of one of `errors` (Prefect logs a failed flow run's exception with
+    its traceback): the record's own line, which names the error, stays. Other exceptions keep their tracebacks."""
+
+    def __init__(self, errors: tuple[type[BaseException], ...]) -> None:
+        super().__init__()
+        self.errors = errors
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], self.errors):
+            record.exc_info, record.exc_text = None, None
+        return True
 
 
 def write_json(path: str | Path, obj: Any) -> None:

@@ -1,14 +1,16 @@
 """`python -m flows.<stage>` (dvc.yaml's commands): bad input ends in one line naming the problem, exit code 2."""
 
+import logging
 import sys
 
 import pytest
 
 from flows.base import base
-from flows.common import run_stage
+from flows.common import QuietInputErrors, run_stage
 from flows.envgen import envgen
 from flows.evaluate import evaluate
 from flows.filter import filter_rollouts
+from ragen.fileio import StageFileError
 
 
 def run(stage_flow, monkeypatch, *argv):
@@ -32,12 +34,16 @@ def test_a_bad_config_value_stops_the_stage_before_it_starts(project, monkeypatc
     assert not (project / "mlruns").exists()  # nothing ran, nothing was tracked
 
 
-def test_a_damaged_input_ends_with_the_file_and_the_fix(prefect_harness, project, monkeypatch, capsys):
+def test_a_damaged_input_ends_with_the_file_and_the_fix(prefect_harness, project, monkeypatch, capsys, caplog):
+    """Prefect's own record of the failed flow run stays, without its traceback."""
     (project / "params.yaml").write_text("filter:\n  keep_ratio: 0.5\n")
     (project / "data" / "rollouts").mkdir(parents=True)
     (project / "data" / "rollouts" / "base.parquet").write_text("not parquet")
     assert run(filter_rollouts, monkeypatch) == 2
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    err = capsys.readouterr().err
+    failed = [r for r in caplog.records if r.name == "prefect.flow_runs" and "StageFileError(" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is None and "Traceback" not in caplog.text
+    last = err.strip().splitlines()[-1]
     assert last.startswith("filter: data/rollouts/base.parquet: not a readable parquet file")
     assert last.endswith("delete it and run `dvc repro` to rebuild it")
     assert not (project / "data" / "rollouts" / "filtered.parquet").exists()
@@ -57,3 +63,17 @@ def test_a_model_path_it_cannot_use_ends_with_the_path(prefect_harness, project,
     assert last == (f"base: model.chat_template: cannot read {template} (FileNotFoundError); set it to a Jinja chat "
                     "template file, or leave it empty for the checkpoint's own")
     assert not (project / "models").exists()
+
+
+def test_only_input_errors_lose_their_traceback():
+    quiet = QuietInputErrors((StageFileError,))
+
+    def record(error):
+        try:
+            raise error
+        except Exception:
+            return logging.LogRecord("prefect.flow_runs", logging.ERROR, __file__, 1, "failed", None, sys.exc_info())
+
+    bug, damaged = record(KeyError("a bug")), record(StageFileError("x.parquet: damaged"))
+    assert quiet.filter(bug) and quiet.filter(damaged)
+    assert bug.exc_info[0] is KeyError and damaged.exc_info is None
