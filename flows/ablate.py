@@ -15,6 +15,7 @@ Run: `ragen ablate SET [--workers N] [--dry-run] [key=value ...]` or `python -m 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import shutil
@@ -34,7 +35,7 @@ from flows.report import report
 from flows.rollout import rollout
 from flows.update import update_policy
 from ragen.ablation import AblationRun, AblationSet, RunnerSpec, expand_set, read_ablations, runner_spec
-from ragen.config import config_digest, load_config
+from ragen.config import Config, config_digest, load_config, to_dict
 from ragen.evaluation import mean_and_se_over_seeds
 from ragen.fileio import read_json, write_text
 from ragen.report import (echo_trap, gap_text, markdown_table, mean_series, plot_curves, read_steps_csv,
@@ -66,6 +67,22 @@ def source_digest() -> str:
     return tree_digest(SOURCE_ROOT / "ragen", "*.py") + tree_digest(SOURCE_ROOT / "flows", "*.py")
 
 
+def base_episodes_file(cfg: Config, set_dir: Path, base_dir: str) -> Path:
+    """Where the runs of a set keep the base policy's evaluation episodes for `cfg`: ablations/<set>/.base_eval/.
+
+    Stage evaluate plays the base on the same instances from the same random stream as the trained policy. Those
+    episodes depend on the env tables (`envs`), the policy's placement (`model`), `rollout`, `eval`, `train.env`,
+    `train.seed` (the stream's seed), the base policy's files and the code, not on what a variant trains: the file
+    is named by a digest of exactly those, so the variants of one seed play the base once, and anything else gets a
+    file of its own.
+    """
+    config = to_dict(cfg)
+    inputs = {key: config[key] for key in ("envs", "model", "rollout", "eval")}
+    inputs |= {"train.env": cfg.train.env, "train.seed": cfg.train.seed}
+    payload = json.dumps([inputs, source_digest(), tree_digest(base_dir)], sort_keys=True)
+    return set_dir / ".base_eval" / f"{hashlib.sha256(payload.encode()).hexdigest()[:16]}.parquet"
+
+
 def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.yaml", envs_dir: str = "data/envs",
                 base_dir: str = "models/base", base_metrics: str = "metrics/base.json", force: bool = False
                 ) -> dict[str, Any]:
@@ -73,7 +90,9 @@ def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.ya
 
     Returns update's summary (val success, timings), evaluate's results and the wall time (wall_s). Skipped, with
     the results read back, when `out/done.json` records the same run digest (unless `force`): the same config
-    (tracking aside), the same source code (ragen/ and flows/) and the same base policy files.
+    (tracking aside), the same source code (ragen/ and flows/) and the same base policy files. The base policy's
+    evaluation episodes are shared with the set's other runs that play the base alike (`base_episodes_file`;
+    `force` plays them again).
     """
     overrides = list(overrides)
     cfg = load_config(params, overrides)
@@ -99,9 +118,12 @@ def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.ya
                             policy_dir=str(out / "policy"), critic_out=str(out / "critic"),
                             metrics_path=str(out / "train.json"),
                             steps_csv=str(out / "train_steps.csv"), checkpoint_dir=str(out / "checkpoint"))
+    shared = base_episodes_file(cfg, out.parent, base_dir)
+    if force:
+        shared.unlink(missing_ok=True)
     results = evaluate(**common, envs_dir=envs_dir, policy_dir=str(out / "policy"), base_dir=base_dir,
                        metrics_path=str(out / "eval.json"), trajectories_out=str(out / "eval.parquet"),
-                       base_trajectories_out=str(out / "eval_base.parquet"))
+                       base_trajectories_out=str(out / "eval_base.parquet"), base_episodes=str(shared))
     if Path(base_metrics).exists():
         shutil.copyfile(base_metrics, out / "base.json")
         report(**common, metrics_dir=str(out), out_dir=str(out / "report"))

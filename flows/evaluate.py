@@ -7,7 +7,8 @@ with its standard error over instances, mean return, the solver's mean success c
 success as a fraction of that ceiling -> metrics/eval.json, data/eval/trajectories.parquet, MLflow. With
 `eval.against_base` (the default) the base policy plays the same instances from the same random stream, and each
 split also gets the base's success and return and the trained-minus-base success gap with its paired standard error
-over instances (`ragen.evaluation.paired_gap`): the figure to judge a lift by.
+over instances (`ragen.evaluation.paired_gap`): the figure to judge a lift by. Runs that play the base alike
+(`ragen ablate`'s variants of one seed) can share its episodes through one file (`base_episodes`).
 
 Run: `python -m flows.evaluate [key=value ...]`.
 """
@@ -20,11 +21,12 @@ from prefect import flow
 
 from flows.common import read_ceilings, read_seeds, run_stage, write_json
 from ragen.config import Config, load_config
-from ragen.evaluation import evaluate_policy, paired_gap
+from ragen.evaluation import evaluate_policy, evaluation_summary, paired_gap
+from ragen.fileio import StageFileError
 from ragen.policy import load_policy
 from ragen.report import gap_text
 from ragen.tracking import MlflowTracker
-from ragen.trajectory_io import sample_table, write_trajectories
+from ragen.trajectory_io import read_trajectories, sample_table, write_trajectories
 
 GENERALISATION = {
     "sokoban": ["sokoban_vocab", "sokoban_large", "frozen_lake"],
@@ -36,7 +38,10 @@ GENERALISATION = {
 def evaluate(params: str = "params.yaml", overrides: list[str] | None = None, envs_dir: str = "data/envs",
              policy_dir: str = "models/policy", base_dir: str = "models/base",
              metrics_path: str = "metrics/eval.json", trajectories_out: str = "data/eval/trajectories.parquet",
-             base_trajectories_out: str | None = None) -> dict[str, dict]:
+             base_trajectories_out: str | None = None, base_episodes: str | None = None) -> dict[str, dict]:
+    """`base_trajectories_out`: where to write the base's episodes too. `base_episodes`: a file of the base's
+    episodes shared by runs that play it alike (the caller names it by what they depend on, as `ragen ablate`
+    does): read when it exists, else played and written there."""
     cfg = load_config(params, overrides or [])
     tags = [cfg.train.env] + [t for t in GENERALISATION.get(cfg.train.env, []) if (Path(envs_dir) / t).exists()]
     plan = [(tag, split, read_seeds(envs_dir, tag, split)[: cfg.eval.episodes]) for tag in tags
@@ -47,7 +52,14 @@ def evaluate(params: str = "params.yaml", overrides: list[str] | None = None, en
     results: dict[str, dict] = {}
     with MlflowTracker.for_stage(cfg, "evaluate") as tracker:
         played = play(policy_dir, plan, cfg)
-        base_played = play(base_dir, plan, cfg) if cfg.eval.against_base else None
+        if not cfg.eval.against_base:
+            base_played = None
+        elif base_episodes and Path(base_episodes).exists():
+            base_played = replay(base_episodes, plan, cfg)
+        else:
+            base_played = play(base_dir, plan, cfg)
+            if base_episodes:
+                write_trajectories(base_episodes, [t for _, trajectories in base_played for t in trajectories])
         for i, (tag, split, seeds) in enumerate(plan):
             summary, trajectories = played[i]
             ceilings = read_ceilings(envs_dir, tag, split)
@@ -94,6 +106,23 @@ def play(policy_dir: str, plan: list[tuple[str, str, list[int]]], cfg: Config) -
     policy = load_policy(policy_dir, **cfg.model.placement())
     return [evaluate_policy(policy, tag, seeds, cfg.rollout, temperature=cfg.eval.temperature, seed=cfg.train.seed,
                             samples=cfg.eval.samples) for tag, _, seeds in plan]
+
+
+def replay(path: str, plan: list[tuple[str, str, list[int]]], cfg: Config) -> list[tuple[dict, list]]:
+    """What `play` returns, from a file of the episodes it played on the same plan (its output in plan order);
+    StageFileError when the file holds other instances or another number of samples."""
+    trajectories = read_trajectories(path)
+    played, start = [], 0
+    for tag, _, seeds in plan:
+        part = trajectories[start : start + len(seeds) * cfg.eval.samples]
+        start += len(part)
+        if [(t.tag, t.seed) for t in part] != [(tag, s) for _ in range(cfg.eval.samples) for s in seeds]:
+            break
+        played.append((evaluation_summary(part, len(seeds)), part))
+    if len(played) < len(plan) or start != len(trajectories):
+        raise StageFileError(f"{path}: not the base policy's episodes of this evaluation (other instances or "
+                             "samples); delete it, and the next run plays the base again")
+    return played
 
 
 if __name__ == "__main__":

@@ -35,8 +35,14 @@ def evaluate_policy(policy: Policy, tag: str, seeds: Sequence[int], cfg: Rollout
     for _ in range(samples):
         trajectories += run_episodes(specs, responder, policy.renderer(cfg.enable_think), cfg,
                                      max_positions=policy.model.config.max_position_embeddings)
-    _, se = mean_and_se(instance_success(trajectories, len(seeds)))
-    return {**summarize(trajectories), **action_dependence(trajectories), "success_se": se}, trajectories
+    return evaluation_summary(trajectories, len(seeds)), trajectories
+
+
+def evaluation_summary(trajectories: Sequence[Trajectory], instances: int) -> dict[str, float]:
+    """What `evaluate_policy` reports of its episodes (`instances` seeds, pass by pass): `summarize`'s rates and
+    means, `action_dependence`'s first-action figures, and `success_se` over instances."""
+    _, se = mean_and_se(instance_success(trajectories, instances))
+    return {**summarize(trajectories), **action_dependence(trajectories), "success_se": se}
 
 
 def instance_success(trajectories: Sequence[Trajectory], instances: int) -> list[float]:

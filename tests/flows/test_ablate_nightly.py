@@ -8,7 +8,11 @@ from mlflow.tracking import MlflowClient
 
 from flows.base import base
 from flows.cli import main
+from flows.ablate import rl_pipeline
 from flows.envgen import envgen
+from flows.evaluate import evaluate
+from ragen.fileio import StageFileError
+from ragen.trajectory_io import read_trajectories
 from smallproject import write_params
 
 SMALL = """\
@@ -106,6 +110,39 @@ def test_ablation_set_runs_nests_reports_and_resumes(small, capsys, monkeypatch)
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_the_runs_of_one_seed_play_the_base_once(small, monkeypatch):
+    """The base's evaluation episodes depend on the seed, not on the variant: the second variant of a seed reads
+    them (the same figures as playing them), another seed plays its own, and `force` plays them again."""
+    import flows.evaluate
+
+    played = []
+    play = flows.evaluate.play
+    monkeypatch.setattr(flows.evaluate, "play", lambda policy_dir, *args: played.append(policy_dir) or
+                        play(policy_dir, *args))
+    set_dir = small / "ablations" / "tiny"
+    first = rl_pipeline(["preset=starpo_grpo"], set_dir / "grpo-s0")["eval"]
+    second = rl_pipeline(["preset=starpo_s"], set_dir / "s-s0")["eval"]
+    assert played == [str(set_dir / "grpo-s0" / "policy"), "models/base", str(set_dir / "s-s0" / "policy")]
+    base_keys = ("base_success_rate", "base_success_se", "base_return_mean")
+    assert [first[tag][split][k] for tag in first for split in first[tag] for k in base_keys] == \
+        [second[tag][split][k] for tag in second for split in second[tag] for k in base_keys]
+    assert (read_trajectories(set_dir / "grpo-s0" / "eval_base.parquet")
+            == read_trajectories(set_dir / "s-s0" / "eval_base.parquet"))
+    rl_pipeline(["preset=starpo_s", "train.seed=1"], set_dir / "s-s1")
+    assert played.count("models/base") == 2 and len(list((set_dir / ".base_eval").glob("*.parquet"))) == 2
+    rl_pipeline(["preset=starpo_s"], set_dir / "s-s0", force=True)
+    assert played.count("models/base") == 3
+
+    # a file of other episodes (here: of fewer instances) is named, not read as these
+    shared = next((set_dir / ".base_eval").glob("*.parquet"))
+    with pytest.raises(StageFileError, match=r"\.parquet: not the base policy's episodes of this evaluation"):
+        evaluate(overrides=["eval.episodes=2"], policy_dir=str(set_dir / "s-s0" / "policy"),
+                 metrics_path=str(small / "eval2.json"), trajectories_out=str(small / "eval2.parquet"),
+                 base_episodes=str(shared))
+    assert not (small / "eval2.json").exists()
+
+
 def test_unknown_knob_fails_before_anything_runs(small, capsys):
     assert main(["ablate", "tiny", "algo.clip_hi=0.3"]) == 2
     assert "unknown key 'algo.clip_hi'" in capsys.readouterr().err
