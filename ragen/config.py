@@ -44,7 +44,7 @@ class ModelConfig:
     source: str = "tiny"  # tiny (the embedded default, built here) | hf (a local Hugging Face checkpoint)
     path: str = ""  # hf only: local checkpoint directory (e.g. a Qwen2.5-0.5B-Instruct download); never fetched
     # hf only: a Jinja chat template file that replaces the checkpoint's own, for a checkpoint whose template
-    # rewrites earlier turns (Qwen3's) or refuses a system message (Gemma's); empty: the checkpoint's own
+    # rewrites earlier turns (Qwen3's) or refuses a system message (Gemma 2's); empty: the checkpoint's own
     chat_template: str = ""
     vocab_size: int = 1024  # tiny: byte-level BPE trained on env text; the model gets 4 more ids (whole operators)
     # tiny: how a grid row of a state is tokenised. bpe: merged like any text, so a row splits into chunks such as

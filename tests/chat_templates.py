@@ -4,7 +4,7 @@
 role headers, content trimmed of surrounding whitespace, turns closed by <|eot_id|>, and (as in the first Llama 3
 release) a tokenizer eos of <|end_of_text|> that is not the token closing a turn. THINK_STRIPPING (ChatML) and
 LLAMA3_THINK_STRIPPING rewrite earlier assistant turns (drop their reasoning, as Qwen3's template does), so a
-conversation is not a prefix of its continuation.
+conversation is not a prefix of its continuation. GEMMA3_STYLE folds the system message into the first user turn.
 """
 
 import copy
@@ -31,6 +31,18 @@ LLAMA3_THINK_STRIPPING = (
     "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
 )
 
+# Gemma 3's way with a system message: no system turn; its text opens the first user turn
+GEMMA3_STYLE = (
+    "{{- bos_token }}"
+    "{%- if messages[0]['role'] == 'system' %}{%- set first = messages[0]['content'] + '\\n\\n' %}"
+    "{%- set rest = messages[1:] %}{%- else %}{%- set first = '' %}{%- set rest = messages %}{%- endif %}"
+    "{%- for m in rest %}"
+    "{{- '<start_of_turn>' + ('model' if m['role'] == 'assistant' else m['role']) + '\\n'"
+    " + (first if loop.first else '') + m['content'] | trim + '<end_of_turn>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<start_of_turn>model\\n' }}{%- endif %}"
+)
+
 THINK_STRIPPING = (
     "{%- for message in messages %}"
     "{%- set content = message['content'] %}"
@@ -49,6 +61,14 @@ def llama3_style(tokenizer, template=LLAMA3_STYLE):
     tok.add_special_tokens({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>",
                             "additional_special_tokens": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]})
     tok.chat_template = template
+    return tok
+
+
+def gemma3_style(tokenizer):
+    """A copy of `tokenizer` with Gemma's turn tokens and GEMMA3_STYLE."""
+    tok = copy.deepcopy(tokenizer)
+    tok.add_special_tokens({"bos_token": "<bos>", "additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]})
+    tok.chat_template = GEMMA3_STYLE
     return tok
 
 

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from chat_templates import THINK_STRIPPING, llama3_style, llama3_text
+from chat_templates import THINK_STRIPPING, gemma3_style, llama3_style, llama3_text
 from ragen.config import RolloutConfig
 from ragen.envs import make_env
 from ragen.policy.sampling import Sample
@@ -88,6 +88,17 @@ def test_a_trimming_template_whose_turns_end_in_their_own_token():
     masked = [t for t, m in zip(traj.token_ids, traj.sampled_mask) if m]
     assert masked == [t for turn in traj.turns for t in turn.response_ids]
     assert tok.decode(traj.token_ids[: traj.system_len]) == llama3_text(conversation(traj)[:1])
+
+
+def test_a_template_that_folds_the_system_message_into_the_first_user_turn():
+    """Gemma 3's template has no system turn: the system message is the first user turn's text up to the end of
+    the system prompt, and the episode is still the template's rendering of the conversation."""
+    tok = gemma3_style(train_tokenizer(env_corpus(["sokoban"], episodes_per_env=6), vocab_size=400))
+    traj = run_episodes([EpisodeSpec("sokoban", 4)], scripted(tok, ["a</think><answer>Up</answer>"] * 2),
+                        ChatRenderer(tok, "<think>"), RolloutConfig(max_turns=2), max_positions=4096)[0]
+    assert tok.decode(traj.token_ids) == tok.apply_chat_template(conversation(traj), tokenize=False)
+    assert tok.decode(traj.token_ids[: traj.system_len]) == f"<bos><start_of_turn>user\n{SYSTEM_PROMPT.strip()}"
+    assert not any(traj.sampled_mask[: traj.system_len]) and len(traj.turns) == 2
 
 
 def test_a_template_that_rewrites_earlier_turns_is_refused(tokenizer):

@@ -30,11 +30,25 @@ class ChatRenderer:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def start(self, user: str) -> tuple[list[dict[str, str]], list[int], int]:
-        """-> messages, the ids to sample the first turn from, and how many of them are the system message."""
+        """-> messages, the ids to sample the first turn from, and how many of them are the system message.
+
+        The system message is the template's system turn (ChatML, Llama 3), or, where the template folds it into
+        the first user turn (Gemma 3's), everything up to the end of its text: `loss_mask: all` trains on what
+        follows either way.
+        """
         messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
-        system_len = len(self.encode(self.render(messages[:1], add_generation_prompt=False)))
-        ids = self.encode(self.render(messages, add_generation_prompt=True) + self.prefix)
-        return messages, ids, system_len
+        text = self.render(messages, add_generation_prompt=True) + self.prefix
+        try:
+            system = self.render(messages[:1], add_generation_prompt=False)
+        except Exception:  # a template that wants a user turn after the system message
+            system = ""
+        if SYSTEM_PROMPT.strip() in system and text.startswith(system):
+            return messages, self.encode(text), len(self.encode(system))
+        end = text.find(SYSTEM_PROMPT.strip())
+        if end < 0:
+            raise ValueError("the chat template drops the system message")
+        head = self.encode(text[: end + len(SYSTEM_PROMPT.strip())])
+        return messages, head + self.encode(text[end + len(SYSTEM_PROMPT.strip()) :]), len(head)
 
     def _between(self, messages: list[dict[str, str]], response: str, nxt: dict[str, str] | None) -> str:
         """Template text after the assistant `response` up to the next generation point (or the end).

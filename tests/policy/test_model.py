@@ -214,6 +214,14 @@ def test_a_template_without_a_system_role_is_named_at_load(hf_dir, tmp_path):
         load_causal_lm(ckpt, device="cpu")
 
 
+def test_a_template_that_drops_the_system_message_is_named_at_load(hf_dir, tmp_path):
+    dropping = "{%- for m in messages %}{%- if m['role'] != 'system' %}{{ m['content'] }}{%- endif %}{%- endfor %}"
+    ckpt = with_template(hf_dir, tmp_path / "ckpt", dropping)
+    with pytest.raises(ModelLoadError, match=r"ckpt: its chat template cannot render an episode .*: the chat template "
+                                             r"drops the system message; set model.chat_template to a template "):
+        load_causal_lm(ckpt, device="cpu")
+
+
 def test_a_tokenizer_without_a_chat_template_is_named(hf_dir, tmp_path):
     ckpt = with_template(hf_dir, tmp_path / "ckpt", None)
     with pytest.raises(ModelLoadError, match=r"ckpt: the tokenizer has no chat template; use an instruct \(chat\) "
