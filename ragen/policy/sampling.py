@@ -37,7 +37,8 @@ class TokenTexts:
         """`extra_stop_ids`: the model's own end tokens (its generation config's eos_token_id), e.g. Llama 3's
         <|eot_id|> where the tokenizer's eos is <|end_of_text|>."""
         self.texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=False)
-        candidates = (tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        # ChatML's turn end where the vocabulary has it (convert_tokens_to_ids would give <unk> elsewhere)
+        candidates = (tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.get_vocab().get("<|im_end|>"),
                       *extra_stop_ids)
         self.stop_ids = {i for i in candidates if isinstance(i, int) and 0 <= i < len(self.texts)}
         self.pad_id = tokenizer.pad_token_id

@@ -167,3 +167,17 @@ def test_session_shares_a_prompt_once_and_drops_released_rows(policy):
         policy.model.forward = forward
     with pytest.raises(ValueError, match="released"):
         session.sample([2], [sequences[2] + enc("Up")], max_new_tokens=2)
+
+
+def test_a_tokenizer_without_chatml_stops_at_its_own_end_tokens_only():
+    """`<|im_end|>` is a stop token only where the vocabulary has it: a tokenizer with an unknown token maps any
+    missing token to <unk>, which must not become a stop."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "</s>": 1, "<pad>": 2, "Up": 3, "Down": 4}
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="<unk>")), unk_token="<unk>",
+                                  eos_token="</s>", pad_token="<pad>")
+    assert tok.convert_tokens_to_ids("<|im_end|>") == 0
+    assert TokenTexts(tok).stop_ids == {1, 2} and TokenTexts(tok, [4]).stop_ids == {1, 2, 4}
