@@ -11,9 +11,9 @@ import json
 
 import pytest
 import torch
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from chat_templates import LLAMA3_STYLE, LLAMA3_THINK_STRIPPING, llama3_style
+from chat_templates import GEMMA3_STYLE, LLAMA3_STYLE, LLAMA3_THINK_STRIPPING, gemma3_style, llama3_style
 from flows.base import base
 from flows.critic_fit import critic_fit
 from flows.envgen import envgen
@@ -24,6 +24,7 @@ from flows.update import update_policy
 from ragen.policy import load_policy
 from ragen.policy.model import read_meta
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
+from ragen.prompting import SYSTEM_PROMPT
 from ragen.trajectory_io import read_trajectories
 
 SMALL = ["envs.tags=[sokoban]", "envs.train_size=16", "envs.val_size=4", "envs.test_size=4",
@@ -87,3 +88,40 @@ def test_every_stage_runs_on_a_local_llama_checkpoint(prefect_harness, project, 
     val = results["sokoban"]["val"]
     assert val["success_gap"] == pytest.approx(val["success_rate"] - val["base_success_rate"])
     assert json.loads((project / "metrics/eval.json").read_text()) == json.loads(json.dumps(results))
+
+
+@pytest.mark.slow
+def test_every_stage_runs_on_a_gemma3_style_checkpoint(prefect_harness, project, tmp_path_factory):
+    """Gemma 3: no system turn in the template (the system prompt opens the first user turn), sliding-window
+    attention, and no token-classification class in transformers for the critic."""
+    hf = tmp_path_factory.mktemp("gemma") / "ckpt"
+    tok = gemma3_style(train_tokenizer(env_corpus(["sokoban"], 4), 320))
+    end = tok.convert_tokens_to_ids("<end_of_turn>")
+    config = Gemma3TextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=64,
+                              max_position_embeddings=2048, bos_token_id=tok.bos_token_id, eos_token_id=[end],
+                              pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    Gemma3ForCausalLM(config).save_pretrained(hf, safe_serialization=True)
+    tok.save_pretrained(hf)
+    params = str(project / "params.yaml")
+    (project / "params.yaml").write_text("envs:\n  val_seed: 123\n")
+    small = [*SMALL, f"model.path={hf}"]
+    envgen(params=params, overrides=small)
+    base(params=params, overrides=small)
+    rollout(params=params, overrides=small)
+    played = read_trajectories(project / "data/rollouts/base.parquet")
+    policy = load_policy(project / "models/base", device="cpu")
+    for traj in played:
+        assert policy.tokenizer.decode(traj.token_ids[: traj.system_len]) == \
+            f"<bos><start_of_turn>user\n{SYSTEM_PROMPT.strip()}"
+        assert policy.tokenizer.decode(traj.token_ids).count("<start_of_turn>model\n<think>") == len(traj.turns)
+    filter_rollouts(params=params, overrides=small)
+    critic_fit(params=params, overrides=small)
+    critic_config = json.loads((project / "models/critic_warm/config.json").read_text())
+    assert critic_config["architectures"] == ["Gemma3ForTokenClassification"]
+    result = update_policy(params=params, overrides=small)
+    assert all(torch.isfinite(torch.tensor(v)) for v in result.values() if isinstance(v, float))
+    trained = load_policy(project / "models/policy", device="cpu")
+    assert type(trained.model).__name__ == "Gemma3ForCausalLM" and trained.tokenizer.chat_template == GEMMA3_STYLE
+    assert "sokoban" in evaluate(params=params, overrides=small)
