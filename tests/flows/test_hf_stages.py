@@ -48,6 +48,19 @@ def llama_checkpoint(path, template=LLAMA3_STYLE):
     return path
 
 
+def filter_fit_update(project, params, small, family):
+    """Stages filter, critic_fit (a critic of the checkpoint's family) and update (finite); -> the trained policy."""
+    filter_rollouts(params=params, overrides=small)
+    critic_fit(params=params, overrides=small)
+    critic_config = json.loads((project / "models/critic_warm/config.json").read_text())
+    assert critic_config["architectures"] == [f"{family}ForTokenClassification"]
+    result = update_policy(params=params, overrides=small)
+    assert all(torch.isfinite(torch.tensor(v)) for v in result.values() if isinstance(v, float))
+    trained = load_policy(project / "models/policy", device="cpu")
+    assert type(trained.model).__name__ == f"{family}ForCausalLM"
+    return trained
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("override", [False, True], ids=["own-template", "model.chat_template"])
 def test_every_stage_runs_on_a_local_llama_checkpoint(prefect_harness, project, tmp_path_factory, override):
@@ -73,14 +86,8 @@ def test_every_stage_runs_on_a_local_llama_checkpoint(prefect_harness, project, 
         assert text.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n")
         assert text.count("<|start_header_id|>assistant<|end_header_id|>\n\n<think>") == len(traj.turns)
         assert text.count("<|eot_id|>") == 2 * len(traj.turns) + 1 and text.endswith("<|eot_id|>")
-    filter_rollouts(params=params, overrides=small)
-    critic_fit(params=params, overrides=small)
-    critic_config = json.loads((project / "models/critic_warm/config.json").read_text())
-    assert critic_config["architectures"] == ["LlamaForTokenClassification"]
-    result = update_policy(params=params, overrides=small)
-    assert all(torch.isfinite(torch.tensor(v)) for v in result.values() if isinstance(v, float))
-    trained = load_policy(project / "models/policy", device="cpu")
-    assert type(trained.model).__name__ == "LlamaForCausalLM" and trained.tokenizer.chat_template == LLAMA3_STYLE
+    trained = filter_fit_update(project, params, small, "Llama")
+    assert trained.tokenizer.chat_template == LLAMA3_STYLE
     assert {policy.tokenizer.convert_tokens_to_ids("<|eot_id|>")} <= trained.token_texts.stop_ids
     before, after = policy.model.state_dict(), trained.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
@@ -116,12 +123,5 @@ def test_every_stage_runs_on_a_gemma3_style_checkpoint(prefect_harness, project,
         assert policy.tokenizer.decode(traj.token_ids[: traj.system_len]) == \
             f"<bos><start_of_turn>user\n{SYSTEM_PROMPT.strip()}"
         assert policy.tokenizer.decode(traj.token_ids).count("<start_of_turn>model\n<think>") == len(traj.turns)
-    filter_rollouts(params=params, overrides=small)
-    critic_fit(params=params, overrides=small)
-    critic_config = json.loads((project / "models/critic_warm/config.json").read_text())
-    assert critic_config["architectures"] == ["Gemma3ForTokenClassification"]
-    result = update_policy(params=params, overrides=small)
-    assert all(torch.isfinite(torch.tensor(v)) for v in result.values() if isinstance(v, float))
-    trained = load_policy(project / "models/policy", device="cpu")
-    assert type(trained.model).__name__ == "Gemma3ForCausalLM" and trained.tokenizer.chat_template == GEMMA3_STYLE
+    assert filter_fit_update(project, params, small, "Gemma3").tokenizer.chat_template == GEMMA3_STYLE
     assert "sokoban" in evaluate(params=params, overrides=small)
