@@ -81,17 +81,20 @@ def test_critic_starts_from_the_policy_with_zero_values(policy, tmp_path):
     assert torch.equal(again.score.weight, critic.score.weight)
 
 
-def test_a_family_without_a_token_classification_model_gets_a_critic(tmp_path):
-    """Gemma 3 (like OLMo 2, Granite and most causal LM families) has no token-classification class in transformers:
-    the critic is built the way transformers builds its own, and a saved one loads back in a fresh process."""
-    from transformers import AutoModelForTokenClassification, Gemma3ForCausalLM, Gemma3TextConfig
+@pytest.mark.parametrize("model_type, family", [("gemma3_text", "Gemma3"), ("olmo2", "Olmo2"), ("granite", "Granite")])
+def test_a_family_without_a_token_classification_model_gets_a_critic(tmp_path, model_type, family):
+    """Gemma 3, OLMo 2 and Granite (like most causal LM families) have no token-classification class in
+    transformers: the critic is built the way transformers builds its own, and a saved one loads back in a fresh
+    process."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
-    config = Gemma3TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                              num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=128)
+    config = AutoConfig.for_model(model_type, vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+                                  eos_token_id=1, pad_token_id=0, bos_token_id=2)
     torch.manual_seed(0)
-    policy = Gemma3ForCausalLM(config)
+    policy = AutoModelForCausalLM.from_config(config)
     critic = build_critic(policy)
-    assert type(critic).__name__ == "Gemma3ForTokenClassification"
+    assert type(critic).__name__ == f"{family}ForTokenClassification"
     for name, weight in policy.model.state_dict().items():
         assert torch.equal(critic.model.state_dict()[name], weight)
     ids = torch.tensor([[5, 6, 7, 8, 9, 10], [5, 6, 7, 11, 12, 13]])
@@ -102,9 +105,9 @@ def test_a_family_without_a_token_classification_model_gets_a_critic(tmp_path):
     shared = token_values(critic, ids, att, prefix_len=3)  # the shared prompt once, through the family's cache
     assert torch.allclose(shared[:, 3:], values[:, 3:], atol=1e-5)
     save_model(critic, tmp_path / "critic")
-    AutoModelForTokenClassification._model_mapping._extra_content.pop(Gemma3TextConfig)  # as a fresh process has it
+    AutoModelForTokenClassification._model_mapping._extra_content.pop(type(config))  # as in a fresh process
     again = load_critic(tmp_path / "critic", device="cpu")
-    assert type(again).__name__ == "Gemma3ForTokenClassification"
+    assert type(again).__name__ == f"{family}ForTokenClassification"
     assert torch.allclose(token_values(again, ids, att), values)
 
 
