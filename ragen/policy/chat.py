@@ -42,13 +42,15 @@ class ChatRenderer:
             system = self.render(messages[:1], add_generation_prompt=False)
         except Exception:  # a template that wants a user turn after the system message
             system = ""
-        if SYSTEM_PROMPT.strip() in system and text.startswith(system):
+        prompt = SYSTEM_PROMPT.strip()  # as a template that trims content writes it
+        if prompt in system and text.startswith(system):
             return messages, self.encode(text), len(self.encode(system))
-        end = text.find(SYSTEM_PROMPT.strip())
-        if end < 0:
+        start = text.find(prompt)
+        if start < 0:
             raise ValueError("the chat template drops the system message")
-        head = self.encode(text[: end + len(SYSTEM_PROMPT.strip())])
-        return messages, head + self.encode(text[end + len(SYSTEM_PROMPT.strip()) :]), len(head)
+        end = start + len(prompt)
+        head = self.encode(text[:end])
+        return messages, head + self.encode(text[end:]), len(head)
 
     def _between(self, messages: list[dict[str, str]], response: str, nxt: dict[str, str] | None) -> str:
         """Template text after the assistant `response` up to the next generation point (or the end).

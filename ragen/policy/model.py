@@ -166,28 +166,29 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
-def critic_class(config: Any) -> type[PreTrainedModel]:
-    """The value model class for `config`'s family: transformers' token-classification model, or, for a family
-    that has none (Gemma 3, OLMo 2, Granite, ...), one built as transformers builds its own (its generic
-    token-classification model over the family's base class), registered so that a saved critic loads back."""
+def register_critic_class(config: Any) -> None:
+    """Let AutoModelForTokenClassification build and load a value model for `config`'s family: transformers' own
+    token-classification model where it has one, else (Gemma 3, OLMo 2, Granite, ...) one built as transformers
+    builds its own (its generic token-classification model over the family's base class), registered here so that
+    a saved critic loads back."""
     if type(config) in AutoModelForTokenClassification._model_mapping:
-        return AutoModelForTokenClassification._model_mapping[type(config)]
+        return
     causal = AutoModelForCausalLM._model_mapping[type(config)]
     base = next(c for c in causal.__mro__ if c.__name__.endswith("PreTrainedModel") and c is not PreTrainedModel)
     name = causal.__name__.replace("ForCausalLM", "ForTokenClassification")
     cls = type(name, (GenericForTokenClassification, base), {"__module__": __name__, "config_class": type(config)})
     AutoModelForTokenClassification.register(type(config), cls, exist_ok=True)
-    return cls
 
 
 def build_critic(policy: PreTrainedModel) -> PreTrainedModel:
-    """A value model (`critic_class`): the policy's backbone weights (copied) plus a zero-initialised scalar head."""
+    """A value model (see `register_critic_class`): the policy's backbone weights (copied) plus a zero-initialised
+    scalar head."""
     # no dropout before the value head (transformers' token-classification default is 0.1): it would make the
     # critic random in train mode and runs irreproducible
     config = policy.config.__class__.from_dict(
         {**policy.config.to_dict(), "num_labels": 1, "id2label": {0: "value"}, "label2id": {"value": 0},
          "classifier_dropout": 0.0})
-    critic_class(config)
+    register_critic_class(config)
     with torch.random.fork_rng(devices=[]):
         critic = AutoModelForTokenClassification.from_config(
             config, dtype=policy.dtype, attn_implementation=policy.config._attn_implementation)
@@ -204,9 +205,10 @@ def load_critic(path: str | Path, *, device: str = "auto", dtype: str = "auto", 
     path = _check_dir(path)
     torch_device = pick_device(device)
     try:
-        critic_class(AutoConfig.from_pretrained(path, local_files_only=True))
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        register_critic_class(config)
         model = AutoModelForTokenClassification.from_pretrained(
-            path, local_files_only=True, use_safetensors=True, dtype=pick_dtype(torch_device, dtype),
+            path, config=config, local_files_only=True, use_safetensors=True, dtype=pick_dtype(torch_device, dtype),
             attn_implementation=pick_attn(torch_device, attn))
     except Exception as error:
         raise ModelLoadError(f"critic path {path}: cannot load ({error})") from None
