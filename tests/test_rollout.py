@@ -197,3 +197,37 @@ def test_policy_rollouts_are_deterministic_by_seed(tokenizer):
     assert runs[0] == runs[1]
     stats = summarize(runs[0])
     assert set(stats) >= {"success_rate", "format_valid_rate", "return_mean", "response_tokens_mean"}
+
+
+@pytest.mark.parametrize("family", ["tiny", "qwen3_5"])
+def test_sampled_logprobs_equal_a_rescoring_of_the_whole_episode(tokenizer, family):
+    """What rollout records as each sampled token's log-prob is what training scores on the episode's one
+    sequence, over turns in which episodes end at different times and their user messages differ in length: on our
+    attention-only model and on a Qwen3.5 (linear-attention layers, whose state a masked position would move)."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    from ragen.policy.scoring import score_sequences
+
+    if family == "tiny":
+        model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                 intermediate_size=64, max_positions=2048, seed=0)
+    else:
+        torch.manual_seed(0)
+        model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(
+            vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            layer_types=["linear_attention", "full_attention"], num_attention_heads=2, num_key_value_heads=1,
+            head_dim=16, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
+            linear_num_value_heads=2, max_position_embeddings=2048, eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id, initializer_range=0.2))  # weights large enough to show a hole
+    policy = Policy(model.eval(), tokenizer)
+    specs = [EpisodeSpec("frozen_lake", 3, 0), EpisodeSpec("sokoban", 4, 1), EpisodeSpec("frozen_lake", 5, 2),
+             EpisodeSpec("bandit", 8, 3)]  # states of different lengths
+    cfg = RolloutConfig(max_new_tokens=10, max_turns=3)
+    played = run_episodes(specs, policy_responder(policy, cfg, generator=torch.Generator().manual_seed(0)),
+                          policy.renderer(True), cfg, max_positions=2048)
+    assert sorted(len(t.turns) for t in played) == [1, 3, 3, 3]  # the bandit's episode leaves after one turn
+    for traj in played:
+        ids = torch.tensor([traj.token_ids])
+        rescored, _ = score_sequences(model, ids, torch.ones_like(ids), with_entropy=False)
+        sampled = torch.tensor(traj.sampled_mask)
+        assert torch.allclose(rescored[0][sampled], torch.tensor(traj.sampled_logprobs)[sampled], atol=1e-4)

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ragen.policy.scoring import position_ids_from_mask
+from ragen.policy.scoring import has_recurrent_layers, position_ids_from_mask
 
 STOP_TAIL_CHARS = 32
 
@@ -85,10 +85,16 @@ class SamplingSession:
     Two savings keep the batch to the work that is left. A first call that feeds every row runs each distinct
     prompt once and copies its cache to the rows that share it (the N rollouts of a group start from one
     prompt). `release(rows)` drops finished rows from the cache, so later turns run only the rows still playing.
+
+    A model with recurrent layers (`has_recurrent_layers`: Qwen3.5, Jamba, Falcon-H1, LFM2) cannot take the holes: a
+    masked position still moves its state. There every call starts a fresh cache over the rows it samples, fed their
+    whole sequences left padded (as RAGEN does every turn), so no real token ever follows a hole; the holes that
+    finished sequences get while the others decode end with the call.
     """
 
     def __init__(self, model: PreTrainedModel, token_texts: TokenTexts, rows: int) -> None:
         self.model, self.texts = model, token_texts
+        self.recurrent = has_recurrent_layers(model)
         self.fed: list[list[int] | None] = [[] for _ in range(rows)]  # tokens in the cache per row; None: released
         self.order = list(range(rows))  # the live rows, in the order of the cache's batch dimension
         self.cache = None
@@ -127,6 +133,12 @@ class SamplingSession:
             new[row] = list(prompt[len(done) :])
             if not new[row]:
                 raise ValueError(f"row {row}: nothing new to feed; a prompt must end with at least one new token")
+        if self.recurrent:  # a fresh cache over these rows only, fed from their first token
+            new = {row: list(prompt) for row, prompt in zip(rows, prompts)}
+            self.cache, self.order = None, list(rows)
+            self.mask = torch.zeros((len(rows), 0), dtype=torch.long, device=device)
+            for row in rows:
+                self.fed[row] = []
         # batch entries to feed: every live row (a waiting one gets an all-masked hole), or one per distinct
         # prompt when a first call feeds them all; `copies` then maps each row to its prompt's entry
         feeds, copies = [new.get(row, []) for row in self.order], None

@@ -3,6 +3,10 @@
 Shapes: B sequences, T token positions, V vocabulary. Everything is aligned to the tokens: position t holds the
 quantity for token t given tokens < t, so position 0 (no prefix) is 0. Sequences are left-padded; position ids
 count real tokens only (cumsum(mask) - 1), matching sampling.
+
+Left padding is exact for recurrent layers too (Qwen3.5's linear attention, Jamba's Mamba layers, LFM2's
+convolutions): they zero masked inputs, and zeros ahead of the first real token leave their state at its start.
+What they cannot do is skip a masked position between real tokens (`has_recurrent_layers`).
 """
 
 from __future__ import annotations
@@ -10,6 +14,19 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
+
+
+# cache layer types (transformers' `config.layer_types`) that carry a state updated at every position fed
+RECURRENT_LAYER_TYPES = frozenset({"linear_attention", "conv", "hybrid", "hybrid_sliding"})
+
+
+def has_recurrent_layers(model: PreTrainedModel) -> bool:
+    """Whether some layer keeps a recurrent state (a convolution window, linear attention, an SSM) rather than
+    keys and values. Such a layer reads every position it is fed: a masked position decays its state and shifts its
+    convolution window though its input is zeroed, so a masked hole between two real tokens changes everything
+    after it, where attention would skip it."""
+    config = model.config.get_text_config(decoder=True)
+    return bool(RECURRENT_LAYER_TYPES & set(getattr(config, "layer_types", None) or ()))
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -27,17 +44,28 @@ def token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, attention_ma
         input_ids: (B, T) token ids, left padded.
         attention_mask: (B, T) 1 on real tokens.
         prefix_len: Lp > 0 runs the first Lp real tokens, which every row must share, once for all rows
-            (`token_logprobs_shared_prefix`; take it from `shareable_prefix`); 0 runs every row whole.
+            (`token_logprobs_shared_prefix`; take it from `shareable_prefix`); 0 runs every row whole. A model
+            with recurrent layers runs every row whole either way (the same values).
     Returns:
         logprobs (B, T) and entropy (B, T) or None; position 0 is 0 (and the prefix, with `prefix_len`).
     """
-    if prefix_len:
+    if prefix_len and not has_recurrent_layers(model):
         return token_logprobs_shared_prefix(model, input_ids, attention_mask, prefix_len, with_entropy=with_entropy)
     out = model(input_ids=input_ids, attention_mask=attention_mask,
                 position_ids=position_ids_from_mask(attention_mask), use_cache=False)
     logits = out.logits[:, :-1].float()  # (B, T-1, V): predicts tokens 1..T-1
     logprobs, entropy = _logprobs_of(logits, input_ids[:, 1:], with_entropy)  # (B, T-1) each
-    return F.pad(logprobs, (1, 0)), (F.pad(entropy, (1, 0)) if with_entropy else None)  # (B, T)
+    logprobs, entropy = F.pad(logprobs, (1, 0)), (F.pad(entropy, (1, 0)) if with_entropy else None)  # (B, T)
+    if prefix_len:  # a recurrent state cannot be shared by broadcasting: every row ran whole, zero what it shares
+        shared = ~_own_tokens(attention_mask, prefix_len)  # (B, T)
+        logprobs, entropy = logprobs.masked_fill(shared, 0.0), (entropy.masked_fill(shared, 0.0) if with_entropy
+                                                                else None)
+    return logprobs, entropy
+
+
+def _own_tokens(attention_mask: torch.Tensor, prefix_len: int) -> torch.Tensor:
+    """(B, T) True on each row's real tokens after its first `prefix_len`, False on the shared prefix and padding."""
+    return (attention_mask.long().cumsum(-1) > prefix_len) & attention_mask.bool()
 
 
 def _logprobs_of(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool
@@ -75,16 +103,18 @@ def token_values(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mas
     after x_t would absorb the action's own effect: with a perfect critic, A_t = G - V would carry no signal about
     choosing x_t.
 
-    `prefix_len` Lp > 0 runs the shared first Lp real tokens once (`token_values_shared_prefix`).
+    `prefix_len` Lp > 0 runs the shared first Lp real tokens once (`token_values_shared_prefix`; whole rows on a
+    critic with recurrent layers, with the same values).
 
     Returns (B, T) float32, differentiable.
     """
-    if prefix_len:
+    if prefix_len and not has_recurrent_layers(critic):
         return token_values_shared_prefix(critic, input_ids, attention_mask, prefix_len)
     out = critic(input_ids=input_ids, attention_mask=attention_mask,
                  position_ids=position_ids_from_mask(attention_mask))
     values = out.logits.squeeze(-1).float()  # (B, T): head(h_t), the state after reading token t
-    return F.pad(values[:, :-1], (1, 0))  # (B, T): shifted so position t holds head(h_{t-1})
+    values = F.pad(values[:, :-1], (1, 0))  # (B, T): shifted so position t holds head(h_{t-1})
+    return values.masked_fill(~_own_tokens(attention_mask, prefix_len), 0.0) if prefix_len else values
 
 
 def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor) -> int:

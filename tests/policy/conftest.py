@@ -1,5 +1,6 @@
 import pytest
 import torch
+from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 from ragen.policy import Policy
 from ragen.policy.model import build_tiny_model
@@ -18,6 +19,25 @@ def policy(tokenizer):
     model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                              intermediate_size=128, max_positions=1024, seed=0)
     return Policy(model.eval(), tokenizer)
+
+
+@pytest.fixture(scope="session")
+def recurrent_policy(tokenizer):
+    """A random Qwen3.5 text model: three linear-attention (Gated DeltaNet) layers, whose state moves at every
+    position fed, masked or not, and one attention layer."""
+    config = Qwen3_5TextConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                               num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_key_head_dim=16,
+                               linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                               max_position_embeddings=1024, eos_token_id=tokenizer.eos_token_id,
+                               pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    return Policy(Qwen3_5ForCausalLM(config).eval(), tokenizer)
+
+
+@pytest.fixture(params=["attention", "recurrent"])
+def any_policy(request):
+    """The tiny policy (attention only) and a model with recurrent layers, for what must hold on both."""
+    return request.getfixturevalue("policy" if request.param == "attention" else "recurrent_policy")
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from transformers import PretrainedConfig
 
 from ragen.policy.sampling import TokenTexts, filter_logits, left_pad, sample
 from ragen.policy.scoring import score_sequences
@@ -14,7 +15,8 @@ def prompts_of(policy, texts):
 
 
 @pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=0.7, top_p=0.9), dict(temperature=1.3, top_k=20)])
-def test_sampled_logprobs_equal_rescoring(policy, generator, settings):
+def test_sampled_logprobs_equal_rescoring(any_policy, generator, settings):
+    policy = any_policy
     prompts = prompts_of(policy, ["State:\n#_P#", "You have 3 actions left. Always output:", "Target: 5, nums: [1, 2, 3]", "Up"])
     samples = policy.sample(prompts, max_new_tokens=24, generator=generator, **settings)
     sequences = [list(p) + list(s.token_ids) for p, s in zip(prompts, samples)]
@@ -50,6 +52,7 @@ class ScriptedLM(torch.nn.Module):
     def __init__(self, scripts, vocab, prompt_len):
         super().__init__()
         self.scripts, self.vocab, self.prompt_len = scripts, vocab, prompt_len
+        self.config = PretrainedConfig()  # no layer types: attention only
         self.anchor = torch.nn.Parameter(torch.zeros(1))
 
     @property
@@ -114,11 +117,13 @@ def test_filter_logits_by_hand():
     assert kept(filter_logits(logits, top_k=0, top_p=1.0)) == [True] * 4
 
 
-def test_session_turns_equal_fresh_passes(policy):
+def test_session_turns_equal_fresh_passes(any_policy):
     """Feeding only each turn's new tokens on top of the kept cache gives the same samples and log-probs as
-    sampling every turn from scratch: greedy continuations and re-scored log-probs agree."""
+    sampling every turn from scratch: greedy continuations and re-scored log-probs agree. With recurrent layers,
+    where a waiting row's or a shorter suffix's masked positions would move the state, too."""
     from ragen.policy.sampling import SamplingSession
 
+    policy = any_policy
     enc = lambda text: policy.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
     prompts = [enc("State:\n#_P#\n"), enc("Turn 1:\nState:\nPG\nYou have 3 actions left."), enc("Up")]
     session = SamplingSession(policy.model, policy.token_texts, 3)
@@ -135,11 +140,12 @@ def test_session_turns_equal_fresh_passes(policy):
         session.sample([0], [enc("something else entirely")], max_new_tokens=2)
 
 
-def test_session_shares_a_prompt_once_and_drops_released_rows(policy):
+def test_session_shares_a_prompt_once_and_drops_released_rows(any_policy):
     """Rows that start from one prompt are prefilled once and copied; released rows leave the batch; both give
     the samples and log-probs of fresh passes, and a released row cannot be sampled again."""
     from ragen.policy.sampling import SamplingSession
 
+    policy = any_policy
     enc = lambda text: policy.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
     shared, other = enc("State:\n#_P#\n"), enc("Turn 1:\nState:\nPG\n")
     sequences = [list(shared), list(shared), list(other), list(shared)]

@@ -72,14 +72,16 @@ def assert_same_as_full_pass(model, score, sequences, ids, loss_mask, lp):
         assert torch.allclose(shared_grads[name], grad, atol=1e-5), name
 
 
-def test_shared_prefix_logprobs_and_entropy_equal_the_full_pass_with_gradients(policy):
+def test_shared_prefix_logprobs_and_entropy_equal_the_full_pass_with_gradients(any_policy):
+    policy = any_policy
     sequences, ids, mask, loss_mask, lp = shared_rows(policy.tokenizer)
     score = lambda prefix_len: token_logprobs(policy.model, ids, mask, with_entropy=True,  # noqa: E731
                                               prefix_len=prefix_len)
     assert_same_as_full_pass(policy.model, score, sequences, ids, loss_mask, lp)
 
 
-def test_shared_prefix_values_equal_the_full_pass_with_gradients(policy):
+def test_shared_prefix_values_equal_the_full_pass_with_gradients(any_policy):
+    policy = any_policy
     sequences, ids, mask, loss_mask, lp = shared_rows(policy.tokenizer)
     critic = build_critic(policy.model)
     torch.nn.init.normal_(critic.score.weight, std=0.1)  # a zero head would make every value 0
