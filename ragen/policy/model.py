@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -120,8 +121,17 @@ def load_causal_lm(path: str | Path, *, chat_template: str = "", device: str = "
         config = AutoConfig.from_pretrained(path, local_files_only=True)
     except Exception as error:  # transformers raises several types for a bad config
         raise ModelLoadError(f"model path {path}: cannot read config.json ({error})") from None
-    if not any(arch.endswith("ForCausalLM") for arch in (config.architectures or [])):
-        raise ModelLoadError(f"model path {path} holds {config.architectures or config.model_type}, not a causal LM")
+    if not _is_causal_lm(config):
+        held = config.architectures or config.model_type
+        if any(arch.endswith("ForConditionalGeneration") for arch in config.architectures or []):
+            raise ModelLoadError(f"model path {path} holds {held}, a vision-language model whose text model "
+                                 "transformers does not load as a causal LM; use a text-only checkpoint")
+        raise ModelLoadError(f"model path {path} holds {held}, not a causal LM")
+    causal = AutoModelForCausalLM._model_mapping.get(type(config), None)  # the class transformers will build
+    if causal is not None and "past_key_values" not in inspect.signature(causal.forward).parameters:  # Mamba, RWKV
+        raise ModelLoadError(f"model path {path}: {causal.__name__} keeps its state outside transformers' cache, "
+                             "which the sampler extends turn by turn; use a family that takes past_key_values "
+                             "(attention models, or hybrids such as Qwen3.5, Jamba, Falcon-H1, LFM2)")
     torch_device = pick_device(device)
     try:
         tokenizer = load_tokenizer(path)
@@ -151,6 +161,17 @@ def load_causal_lm(path: str | Path, *, chat_template: str = "", device: str = "
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model.to(torch_device), tokenizer
+
+
+def _is_causal_lm(config: Any) -> bool:
+    """A causal LM checkpoint, or a vision-language one whose text model transformers loads as a causal LM (a
+    Qwen3.5 checkpoint holds Qwen3_5ForConditionalGeneration; AutoModelForCausalLM reads its Qwen3_5ForCausalLM)."""
+    architectures = config.architectures or []
+    if any(arch.endswith("ForCausalLM") for arch in architectures):
+        return True
+    causal = AutoModelForCausalLM._model_mapping.get(type(config), None)
+    return (causal is not None and causal.__name__.endswith("ForCausalLM")
+            and any(arch.endswith("ForConditionalGeneration") for arch in architectures))
 
 
 def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:

@@ -171,6 +171,51 @@ def test_not_a_causal_lm_is_named(tmp_path, tokenizer):
         load_causal_lm(tmp_path)
 
 
+def test_a_qwen3_5_checkpoint_loads_its_text_model(tmp_path, tokenizer):
+    """A Qwen3.5 checkpoint as published holds Qwen3_5ForConditionalGeneration (a vision tower beside the LM): its
+    text model loads as the causal LM, with the checkpoint's weights, and has recurrent layers."""
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    from ragen.policy.scoring import has_recurrent_layers
+
+    text = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                layer_types=["linear_attention", "full_attention"], num_attention_heads=2, num_key_value_heads=1,
+                head_dim=16, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
+                linear_num_value_heads=2, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    vision = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=32, out_hidden_size=32)
+    torch.manual_seed(0)
+    published = Qwen3_5ForConditionalGeneration(Qwen3_5Config(text_config=text, vision_config=vision))
+    published.save_pretrained(tmp_path, safe_serialization=True)
+    tokenizer.save_pretrained(tmp_path)
+    model, _ = load_causal_lm(tmp_path, device="cpu")
+    assert type(model).__name__ == "Qwen3_5ForCausalLM" and has_recurrent_layers(model)
+    language = published.model.language_model.state_dict()
+    assert all(torch.equal(weight, language[name]) for name, weight in model.model.state_dict().items())
+    assert torch.equal(model.lm_head.weight, published.lm_head.weight)
+    assert not has_recurrent_layers(Qwen2ForCausalLM(Qwen2Config(num_hidden_layers=1, hidden_size=16,
+                                                                 intermediate_size=32, num_attention_heads=2,
+                                                                 num_key_value_heads=1, vocab_size=64)))
+
+
+def test_a_vision_language_model_transformers_cannot_load_as_a_causal_lm_is_named(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava",
+                                                      "architectures": ["LlavaForConditionalGeneration"]}))
+    (tmp_path / "model.safetensors").write_bytes(b"")  # refused before the weights are read
+    with pytest.raises(ModelLoadError, match="vision-language model .* use a text-only checkpoint"):
+        load_causal_lm(tmp_path)
+
+
+def test_a_family_that_keeps_its_state_outside_the_cache_is_named(tmp_path, tokenizer):
+    """Mamba keeps its state in its own `cache_params`, which the sampler cannot extend turn by turn."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    MambaForCausalLM(MambaConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, state_size=4)
+                     ).save_pretrained(tmp_path, safe_serialization=True)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="MambaForCausalLM keeps its state outside transformers' cache"):
+        load_causal_lm(tmp_path)
+
+
 def test_pickled_weights_are_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}))
     (tmp_path / "pytorch_model.bin").write_bytes(b"not loaded")
