@@ -1,6 +1,7 @@
-"""Every stage on a user's local Hugging Face checkpoint (`model.source: hf`) of another family than ours (slow).
+"""Every stage on a user's local Hugging Face checkpoint (`model.source: hf`) of another family than ours (slow):
+Llama, Gemma 3 and Qwen3.5 (whose linear-attention layers keep a recurrent state).
 
-The checkpoint is a randomly initialised Llama built here (no download) whose tokenizer works as Llama 3
+Each checkpoint is randomly initialised here (no download). The Llama's tokenizer works as Llama 3
 Instruct's does (tests/chat_templates.py): begin-of-text, role headers, trimmed content, turns closed by
 <|eot_id|>, which only the generation config names as an end token. Run twice: with that template in the
 checkpoint, and with one there that drops earlier reasoning (as Qwen3's does, which one token sequence per episode
@@ -13,7 +14,8 @@ import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from chat_templates import GEMMA3_STYLE, LLAMA3_STYLE, LLAMA3_THINK_STRIPPING, gemma3_style, llama3_style
+from chat_templates import (GEMMA3_STYLE, LLAMA3_STYLE, LLAMA3_THINK_STRIPPING, THINK_STRIPPING, gemma3_style,
+                            llama3_style)
 from flows.base import base
 from flows.critic_fit import critic_fit
 from flows.envgen import envgen
@@ -23,6 +25,7 @@ from flows.rollout import rollout
 from flows.update import update_policy
 from ragen.policy import load_policy
 from ragen.policy.model import read_meta
+from ragen.policy.scoring import score_sequences
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.prompting import SYSTEM_PROMPT
 from ragen.trajectory_io import read_trajectories
@@ -124,4 +127,45 @@ def test_every_stage_runs_on_a_gemma3_style_checkpoint(prefect_harness, project,
             f"<bos><start_of_turn>user\n{SYSTEM_PROMPT.strip()}"
         assert policy.tokenizer.decode(traj.token_ids).count("<start_of_turn>model\n<think>") == len(traj.turns)
     assert filter_fit_update(project, params, small, "Gemma3").tokenizer.chat_template == GEMMA3_STYLE
+    assert "sokoban" in evaluate(params=params, overrides=small)
+
+
+@pytest.mark.slow
+def test_every_stage_runs_on_a_qwen3_5_checkpoint(prefect_harness, project, tmp_path_factory):
+    """Qwen3.5: a vision-language checkpoint whose text model mixes linear-attention (Gated DeltaNet) layers with
+    attention, and a template that drops earlier reasoning (ChatML given as `model.chat_template`). Rollout's
+    sampled log-probs equal a re-scoring of each episode's one sequence, which masked holes in the sampler's
+    batches would break on the recurrent layers."""
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    root = tmp_path_factory.mktemp("qwen3_5")
+    tok = train_tokenizer(env_corpus(["sokoban"], 4), 320)
+    chatml = tok.chat_template
+    tok.chat_template = THINK_STRIPPING
+    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                layer_types=["linear_attention", "full_attention"], num_attention_heads=2, num_key_value_heads=1,
+                head_dim=16, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
+                linear_num_value_heads=2, max_position_embeddings=2048, eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.pad_token_id, initializer_range=0.2)
+    vision = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=32, out_hidden_size=32)
+    torch.manual_seed(0)
+    Qwen3_5ForConditionalGeneration(Qwen3_5Config(text_config=text, vision_config=vision)).save_pretrained(
+        root / "ckpt", safe_serialization=True)
+    tok.save_pretrained(root / "ckpt")
+    (root / "chatml.jinja").write_text(chatml)
+    params = str(project / "params.yaml")
+    (project / "params.yaml").write_text("envs:\n  val_seed: 123\n")
+    small = [*SMALL, f"model.path={root / 'ckpt'}", f"model.chat_template={root / 'chatml.jinja'}"]
+    envgen(params=params, overrides=small)
+    base(params=params, overrides=small)
+    rollout(params=params, overrides=small)
+    played = read_trajectories(project / "data/rollouts/base.parquet")
+    assert max(len(t.turns) for t in played) > 1
+    policy = load_policy(project / "models/base", device="cpu")
+    for traj in played:
+        ids = torch.tensor([traj.token_ids])
+        rescored = score_sequences(policy.model, ids, torch.ones_like(ids), with_entropy=False)[0][0]
+        sampled = torch.tensor(traj.sampled_mask)
+        assert torch.allclose(rescored[sampled], torch.tensor(traj.sampled_logprobs)[sampled], atol=1e-4)
+    assert filter_fit_update(project, params, small, "Qwen3_5").tokenizer.chat_template == chatml
     assert "sokoban" in evaluate(params=params, overrides=small)
