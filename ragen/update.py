@@ -156,7 +156,7 @@ def fit_values(critic: PreTrainedModel, optimizer: torch.optim.Optimizer, batch:
     """
     mask = batch.loss_mask  # (B, T)
     losses = []
-    critic.train()
+    critic.eval()  # no dropout or router noise: the gradients of the values the critic gives (see `update`)
     for _ in range(epochs):
         passes = []
         for start in range(0, batch.input_ids.shape[0], mini_batch_size):
@@ -170,7 +170,6 @@ def fit_values(critic: PreTrainedModel, optimizer: torch.optim.Optimizer, batch:
             optimizer.step()
             passes.append(loss.item())
         losses.append(sum(passes) / len(passes))
-    critic.eval()
     return losses
 
 
@@ -178,11 +177,18 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
            critic_opt: torch.optim.Optimizer | None, batch: RolloutBatch, settings: UpdateSettings, *,
            ref_logprobs: torch.Tensor | None = None, scored: ScoredBatch | None = None) -> dict[str, float]:
     """Critic then actor updates over the batch; returns actor/ and critic/ metrics (means over mini-batches).
-    `scored`: the batch's `score_batch` when the caller ran it already (to time it apart); computed here if None."""
+    `scored`: the batch's `score_batch` when the caller ran it already (to time it apart); computed here if None.
+
+    Both models stay in eval mode, gradients and all: dropout (GPT-2's 0.1) or MoE router noise (PhiMoE's jitter)
+    in the training passes would score tokens other than the old log-probs were scored with, so the first
+    mini-batch's ratio would differ from 1 though the policy has not moved, and clipping would act on noise."""
     s = settings
     if uses_critic(s.advantage) and (critic is None or critic_opt is None):
         raise ValueError(f"algo.advantage {s.advantage} reads critic values; pass a critic and its optimizer "
                          "(or use grpo)")
+    policy.eval()
+    if critic is not None:
+        critic.eval()
     scored = scored if scored is not None else score_batch(policy, critic, batch, s, ref_logprobs=ref_logprobs)
     old_logprobs, old_values, advantages, returns = (scored.old_logprobs, scored.old_values, scored.advantages,
                                                      scored.returns)
@@ -196,14 +202,12 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
     size = batch.input_ids.shape[0]
     critic_epochs = s.critic_epochs or s.epochs
     group_values = group_mean_values(returns, batch.group_ids, mask) if critic is not None else None  # (B, T)
-    policy.train()
     for epoch in range(max(s.epochs, critic_epochs if critic is not None else 0)):
         for start in range(0, size, s.mini_batch_size):  # each pass in the same order
             rows = slice(start, start + s.mini_batch_size)
             ids, att, m = batch.input_ids[rows], batch.attention_mask[rows], mask[rows]
             mini_prefix = _prefix_len(s, ids, att, m)
             if critic is not None and epoch < critic_epochs:
-                critic.train()
                 values = token_values(critic, ids, att, prefix_len=mini_prefix)
                 v_loss, v_stats = value_loss(values, old_values[rows], returns[rows], m, clip=s.value_clip,
                                              aggregation=s.aggregation)
@@ -231,9 +235,6 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
             add("actor/entropy", entropy_mean.item())
             add("actor/grad_norm", grad_norm)
             add("actor/skipped_steps", float(not taken))
-    policy.eval()
-    if critic is not None:
-        critic.eval()
     out = {k: sum(v) / len(v) for k, v in stats.items()}
     for key in ("actor/skipped_steps", "critic/skipped_steps"):
         if key in stats:

@@ -102,6 +102,25 @@ def test_a_second_epoch_steps_again_from_the_same_old_logprobs(setup):
     assert any(not torch.equal(a, b) for a, b in zip(runs[1][1], runs[2][1]))
 
 
+def test_the_update_passes_run_without_dropout(setup):
+    """A model with dropout (GPT-2 has 0.1; here 0.5 in the attention) that is handed over in train mode: the first
+    mini-batch's ratio is still exactly 1 (no approx_kl, nothing clipped), and its critic's too (no value clip)."""
+    policy, trajectories = setup
+    batch = spread_batch(policy, trajectories)
+    model = small_model(policy.tokenizer)
+    critic = build_critic(model)
+    torch.nn.init.normal_(critic.score.weight, std=0.1)  # values that dropout could move
+    for module in [*model.modules(), *critic.modules()]:
+        if hasattr(module, "attention_dropout"):
+            module.attention_dropout = 0.5
+    model.train(), critic.train()
+    stats = update(model, critic, torch.optim.AdamW(model.parameters(), lr=1e-2),
+                   torch.optim.AdamW(critic.parameters(), lr=1e-2), batch, settings(mini_batch_size=8))
+    assert abs(stats["actor/approx_kl"]) < 1e-6
+    assert stats["actor/clipfrac_low"] == stats["actor/clipfrac_high"] == 0
+    assert stats["critic/value_clipfrac"] == 0
+
+
 def test_first_rescoring_matches_the_sampler(setup):
     policy, trajectories = setup
     model = small_model(policy.tokenizer)

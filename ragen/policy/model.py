@@ -219,7 +219,7 @@ def build_critic(policy: PreTrainedModel) -> PreTrainedModel:
     torch.nn.init.zeros_(head.weight)
     if head.bias is not None:
         torch.nn.init.zeros_(head.bias)
-    return critic.to(policy.device)
+    return critic.to(policy.device).eval()
 
 
 def load_critic(path: str | Path, *, device: str = "auto", dtype: str = "auto", attn: str = "auto") -> PreTrainedModel:
