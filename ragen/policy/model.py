@@ -197,7 +197,10 @@ def register_critic_class(config: Any) -> None:
     causal = AutoModelForCausalLM._model_mapping[type(config)]
     base = next(c for c in causal.__mro__ if c.__name__.endswith("PreTrainedModel") and c is not PreTrainedModel)
     name = causal.__name__.replace("ForCausalLM", "ForTokenClassification")
-    cls = type(name, (GenericForTokenClassification, base), {"__module__": __name__, "config_class": type(config)})
+    # the family's module: transformers treats a class from outside its package as remote code, whose loading skips
+    # the init of modules without weights of their own (Falcon-H1's base model sets its mup_vector buffers there)
+    cls = type(name, (GenericForTokenClassification, base), {"__module__": causal.__module__,
+                                                             "config_class": type(config)})
     AutoModelForTokenClassification.register(type(config), cls, exist_ok=True)
 
 

@@ -81,16 +81,20 @@ def test_critic_starts_from_the_policy_with_zero_values(policy, tmp_path):
     assert torch.equal(again.score.weight, critic.score.weight)
 
 
-@pytest.mark.parametrize("model_type, family", [("gemma3_text", "Gemma3"), ("olmo2", "Olmo2"), ("granite", "Granite")])
-def test_a_family_without_a_token_classification_model_gets_a_critic(tmp_path, model_type, family):
-    """Gemma 3, OLMo 2 and Granite (like most causal LM families) have no token-classification class in
+FALCON_H1 = dict(mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_d_state=8, head_dim=16)
+
+
+@pytest.mark.parametrize("model_type, family, extra", [("gemma3_text", "Gemma3", {}), ("olmo2", "Olmo2", {}),
+                                                       ("granite", "Granite", {}), ("falcon_h1", "FalconH1", FALCON_H1)])
+def test_a_family_without_a_token_classification_model_gets_a_critic(tmp_path, model_type, family, extra):
+    """Gemma 3, OLMo 2, Granite and Falcon-H1 (like most causal LM families) have no token-classification class in
     transformers: the critic is built the way transformers builds its own, and a saved one loads back in a fresh
-    process."""
+    process (Falcon-H1's with the mup_vector buffers its base model's init sets)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
     config = AutoConfig.for_model(model_type, vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
-                                  eos_token_id=1, pad_token_id=0, bos_token_id=2)
+                                  eos_token_id=1, pad_token_id=0, bos_token_id=2, **extra)
     torch.manual_seed(0)
     policy = AutoModelForCausalLM.from_config(config)
     critic = build_critic(policy)
