@@ -54,10 +54,12 @@ def pick_dtype(device: torch.device, dtype: str = "auto") -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
-def pick_attn(device: torch.device, attn: str = "auto") -> str:
-    """eager on CUDA (measured faster than SDPA with our padding masks, see ModelConfig.attn), sdpa on CPU."""
+def pick_attn(device: torch.device, attn: str = "auto", model_class: type | None = None) -> str:
+    """eager on CUDA (measured faster than SDPA with our padding masks, see ModelConfig.attn), sdpa on CPU where
+    `model_class` has it (Bloom, MPT and XGLM do not)."""
     if attn == "auto":
-        return "eager" if device.type == "cuda" else "sdpa"
+        cpu_sdpa = device.type != "cuda" and getattr(model_class, "_supports_sdpa", True)
+        return "sdpa" if cpu_sdpa else "eager"
     return attn
 
 
@@ -137,7 +139,7 @@ def load_causal_lm(path: str | Path, *, chat_template: str = "", device: str = "
         tokenizer = load_tokenizer(path)
         model = AutoModelForCausalLM.from_pretrained(
             path, local_files_only=True, use_safetensors=True, dtype=pick_dtype(torch_device, dtype),
-            attn_implementation=pick_attn(torch_device, attn))
+            attn_implementation=pick_attn(torch_device, attn, causal))
     except Exception as error:
         raise ModelLoadError(f"model path {path}: cannot load the causal LM or its tokenizer ({error})") from None
     if chat_template:
@@ -164,14 +166,17 @@ def load_causal_lm(path: str | Path, *, chat_template: str = "", device: str = "
 
 
 def _is_causal_lm(config: Any) -> bool:
-    """A causal LM checkpoint, or a vision-language one whose text model transformers loads as a causal LM (a
-    Qwen3.5 checkpoint holds Qwen3_5ForConditionalGeneration; AutoModelForCausalLM reads its Qwen3_5ForCausalLM)."""
+    """A causal LM checkpoint (its class is the one AutoModelForCausalLM builds: Qwen2ForCausalLM, GPT2LMHeadModel),
+    or a vision-language one whose text model transformers loads as a causal LM (a Qwen3.5 checkpoint holds
+    Qwen3_5ForConditionalGeneration; AutoModelForCausalLM reads its Qwen3_5ForCausalLM)."""
     architectures = config.architectures or []
     if any(arch.endswith("ForCausalLM") for arch in architectures):
         return True
     causal = AutoModelForCausalLM._model_mapping.get(type(config), None)
-    return (causal is not None and causal.__name__.endswith("ForCausalLM")
-            and any(arch.endswith("ForConditionalGeneration") for arch in architectures))
+    if causal is None:
+        return False
+    return causal.__name__ in architectures or (causal.__name__.endswith("ForCausalLM") and any(
+        arch.endswith("ForConditionalGeneration") for arch in architectures))
 
 
 def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
@@ -218,11 +223,17 @@ def build_critic(policy: PreTrainedModel) -> PreTrainedModel:
             config, dtype=policy.dtype, attn_implementation=policy.config._attn_implementation)
     backbone = getattr(critic, critic.base_model_prefix)
     backbone.load_state_dict(getattr(policy, policy.base_model_prefix).state_dict())
-    head = critic.score
+    head = value_head(critic)
     torch.nn.init.zeros_(head.weight)
     if head.bias is not None:
         torch.nn.init.zeros_(head.bias)
     return critic.to(policy.device).eval()
+
+
+def value_head(critic: PreTrainedModel) -> torch.nn.Module:
+    """The critic's scalar head: `score` in most families, `classifier` in GPT-2, GPT-NeoX, Falcon, Bloom, MPT."""
+    head = getattr(critic, "score", None)
+    return head if isinstance(head, torch.nn.Module) else critic.classifier
 
 
 def load_critic(path: str | Path, *, device: str = "auto", dtype: str = "auto", attn: str = "auto") -> PreTrainedModel:
@@ -231,9 +242,10 @@ def load_critic(path: str | Path, *, device: str = "auto", dtype: str = "auto", 
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
         register_critic_class(config)
+        critic_class = AutoModelForTokenClassification._model_mapping[type(config)]
         model = AutoModelForTokenClassification.from_pretrained(
             path, config=config, local_files_only=True, use_safetensors=True, dtype=pick_dtype(torch_device, dtype),
-            attn_implementation=pick_attn(torch_device, attn))
+            attn_implementation=pick_attn(torch_device, attn, critic_class))
     except Exception as error:
         raise ModelLoadError(f"critic path {path}: cannot load ({error})") from None
     return model.to(torch_device)

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
+from ragen.policy.model import value_head
+
 
 # cache layer types (transformers' `config.layer_types`) that carry a state updated at every position fed
 RECURRENT_LAYER_TYPES = frozenset({"linear_attention", "conv", "hybrid", "hybrid_sliding"})
@@ -216,6 +218,6 @@ def token_values_shared_prefix(critic: PreTrainedModel, input_ids: torch.Tensor,
     head = getattr(critic, critic.base_model_prefix)(input_ids=prefix, use_cache=True)  # the backbone: (1, Lp, H)
     tail = critic(input_ids=suffix, attention_mask=mask, position_ids=positions,
                   past_key_values=_broadcast_cache(head.past_key_values, batch), use_cache=True)
-    first = critic.score(head.last_hidden_state[:, -1:]).float().expand(batch, -1, -1)  # (B, 1, 1): head(h_{Lp-1})
+    first = value_head(critic)(head.last_hidden_state[:, -1:]).float().expand(batch, -1, -1)  # (B, 1, 1)
     values = torch.cat([first, tail.logits[:, :-1].float()], 1).squeeze(-1)  # (B, Ls): head(h_{t-1})
     return _unsplit(values, own, width)

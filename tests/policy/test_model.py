@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2ForTokenClassification
+from transformers import BloomForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen2ForTokenClassification
 
 from ragen.fileio import StageFileError
 from ragen.policy import Policy, load_policy
@@ -45,6 +45,7 @@ def test_eager_and_sdpa_attention_agree_on_padded_batches(hf_dir):
     """model.attn picks the attention kernel only: same samples, same log-probs, critic included."""
     assert pick_attn(torch.device("cuda")) == "eager" and pick_attn(torch.device("cpu")) == "sdpa"
     assert pick_attn(torch.device("cuda"), "sdpa") == "sdpa"
+    assert pick_attn(torch.device("cpu"), "auto", BloomForCausalLM) == "eager"  # Bloom has no SDPA
     runs = {}
     for attn in ("eager", "sdpa"):
         model, tokenizer = load_causal_lm(hf_dir, device="cpu", attn=attn)
@@ -79,6 +80,33 @@ def test_critic_starts_from_the_policy_with_zero_values(policy, tmp_path):
     save_model(critic, tmp_path / "critic")
     again = load_critic(tmp_path / "critic", device="cpu")
     assert torch.equal(again.score.weight, critic.score.weight)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bloom"])
+def test_older_families_load_and_get_a_critic(tmp_path, tokenizer, family):
+    """GPT-2 (GPT2LMHeadModel, not ...ForCausalLM) and Bloom (no SDPA, so `model.attn: auto` takes eager on the CPU):
+    each loads as a causal LM; its critic's head is `classifier`, not `score`; it starts at zero, reads the shared
+    prompt once with the values of a full pass, and loads back."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from ragen.policy.model import value_head
+
+    config = AutoConfig.for_model(family, vocab_size=len(tokenizer), hidden_size=32, n_embd=32, n_layer=2, n_head=2,
+                                  eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "ckpt", safe_serialization=True)
+    tokenizer.save_pretrained(tmp_path / "ckpt")
+    model, _ = load_causal_lm(tmp_path / "ckpt", device="cpu")
+    assert model.config._attn_implementation == ("sdpa" if family == "gpt2" else "eager")
+    critic = build_critic(model)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [5, 6, 7, 11, 12, 13]])
+    att = torch.ones_like(ids)
+    assert value_head(critic) is critic.classifier and torch.all(token_values(critic, ids, att) == 0)
+    critic.classifier.weight.data.normal_()
+    values = token_values(critic, ids, att)
+    assert torch.allclose(token_values(critic, ids, att, prefix_len=3)[:, 3:], values[:, 3:], atol=1e-5)
+    save_model(critic, tmp_path / "critic")
+    assert torch.allclose(token_values(load_critic(tmp_path / "critic", device="cpu"), ids, att), values)
 
 
 FALCON_H1 = dict(mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_d_state=8, head_dim=16)
