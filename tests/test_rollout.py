@@ -199,18 +199,24 @@ def test_policy_rollouts_are_deterministic_by_seed(tokenizer):
     assert set(stats) >= {"success_rate", "format_valid_rate", "return_mean", "response_tokens_mean"}
 
 
-@pytest.mark.parametrize("family", ["tiny", "qwen3_5"])
+@pytest.mark.parametrize("family", ["tiny", "qwen3_5", "mpt"])
 def test_sampled_logprobs_equal_a_rescoring_of_the_whole_episode(tokenizer, family):
     """What rollout records as each sampled token's log-prob is what training scores on the episode's one
     sequence, over turns in which episodes end at different times and their user messages differ in length: on our
-    attention-only model and on a Qwen3.5 (linear-attention layers, whose state a masked position would move)."""
-    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+    attention-only model, on a Qwen3.5 (linear-attention layers, whose state a masked position would move) and on
+    an MPT (ALiBi by key index, to which a masked position adds distance)."""
+    from transformers import MptConfig, MptForCausalLM, Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     from ragen.policy.scoring import score_sequences
 
     if family == "tiny":
         model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
                                  intermediate_size=64, max_positions=2048, seed=0)
+    elif family == "mpt":
+        torch.manual_seed(0)
+        model = MptForCausalLM(MptConfig(vocab_size=len(tokenizer), d_model=32, n_heads=2, n_layers=2,
+                                         expansion_ratio=2, max_seq_len=2048, eos_token_id=tokenizer.eos_token_id,
+                                         pad_token_id=tokenizer.pad_token_id, initializer_range=0.2))
     else:
         torch.manual_seed(0)
         model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ragen.policy.scoring import has_recurrent_layers, position_ids_from_mask
+from ragen.policy.scoring import position_ids_from_mask, skips_masked_positions
 
 STOP_TAIL_CHARS = 32
 
@@ -86,15 +86,16 @@ class SamplingSession:
     prompt once and copies its cache to the rows that share it (the N rollouts of a group start from one
     prompt). `release(rows)` drops finished rows from the cache, so later turns run only the rows still playing.
 
-    A model with recurrent layers (`has_recurrent_layers`: Qwen3.5, Jamba, Falcon-H1, LFM2) cannot take the holes: a
-    masked position still moves its state. There every call starts a fresh cache over the rows it samples, fed their
-    whole sequences left padded (as RAGEN does every turn), so no real token ever follows a hole; the holes that
-    finished sequences get while the others decode end with the call.
+    A model with recurrent layers (Qwen3.5, Jamba, Falcon-H1, LFM2: a masked position still moves their state) or
+    one that places tokens by their index (MPT) cannot take the holes (`skips_masked_positions`). There every call
+    starts a fresh cache over the rows it samples, fed their whole sequences left padded (as RAGEN does every turn),
+    so no real token ever follows a hole; the holes that finished sequences get while the others decode end with
+    the call.
     """
 
     def __init__(self, model: PreTrainedModel, token_texts: TokenTexts, rows: int) -> None:
         self.model, self.texts = model, token_texts
-        self.recurrent = has_recurrent_layers(model)
+        self.refeed = not skips_masked_positions(model)  # every call feeds its rows' whole sequences
         self.fed: list[list[int] | None] = [[] for _ in range(rows)]  # tokens in the cache per row; None: released
         self.order = list(range(rows))  # the live rows, in the order of the cache's batch dimension
         self.cache = None
@@ -133,7 +134,7 @@ class SamplingSession:
             new[row] = list(prompt[len(done) :])
             if not new[row]:
                 raise ValueError(f"row {row}: nothing new to feed; a prompt must end with at least one new token")
-        if self.recurrent:  # a fresh cache over these rows only, fed from their first token
+        if self.refeed:  # a fresh cache over these rows only, fed from their first token
             new = {row: list(prompt) for row, prompt in zip(rows, prompts)}
             self.cache, self.order = None, list(rows)
             self.mask = torch.zeros((len(rows), 0), dtype=torch.long, device=device)

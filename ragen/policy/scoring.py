@@ -11,6 +11,8 @@ What they cannot do is skip a masked position between real tokens (`has_recurren
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
@@ -29,6 +31,14 @@ def has_recurrent_layers(model: PreTrainedModel) -> bool:
     after it, where attention would skip it."""
     config = model.config.get_text_config(decoder=True)
     return bool(RECURRENT_LAYER_TYPES & set(getattr(config, "layer_types", None) or ()))
+
+
+def skips_masked_positions(model: PreTrainedModel) -> bool:
+    """Whether a masked position between real tokens leaves the model's outputs as if it were not there: true of
+    attention placed by the position ids we pass; false with recurrent layers (`has_recurrent_layers`) and for a
+    model that takes no position ids and places tokens by their index (MPT's ALiBi), where a hole adds distance."""
+    takes_positions = "position_ids" in inspect.signature(type(model).forward).parameters
+    return takes_positions and not has_recurrent_layers(model)
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 import pytest
 import torch
-from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+from transformers import MptConfig, MptForCausalLM, Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 from ragen.policy import Policy
 from ragen.policy.model import build_tiny_model
@@ -34,10 +34,21 @@ def recurrent_policy(tokenizer):
     return Policy(Qwen3_5ForCausalLM(config).eval(), tokenizer)
 
 
-@pytest.fixture(params=["attention", "recurrent"])
+@pytest.fixture(scope="session")
+def alibi_policy(tokenizer):
+    """A random MPT: ALiBi biases by key index and no position ids, so a masked hole adds distance."""
+    config = MptConfig(vocab_size=len(tokenizer), d_model=64, n_heads=4, n_layers=2, expansion_ratio=2,
+                       max_seq_len=1024, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    return Policy(MptForCausalLM(config).eval(), tokenizer)
+
+
+@pytest.fixture(params=["attention", "recurrent", "alibi"])
 def any_policy(request):
-    """The tiny policy (attention only) and a model with recurrent layers, for what must hold on both."""
-    return request.getfixturevalue("policy" if request.param == "attention" else "recurrent_policy")
+    """The tiny policy (attention placed by position ids), a model with recurrent layers and one that places tokens
+    by their index, for what must hold on all of them."""
+    return request.getfixturevalue({"attention": "policy", "recurrent": "recurrent_policy",
+                                    "alibi": "alibi_policy"}[request.param])
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 import torch
 
 from ragen.policy.sampling import left_pad
-from ragen.policy.model import build_critic
+from ragen.policy.model import build_critic, value_head
 from ragen.policy.scoring import (MIN_SHARED_PREFIX, shareable_prefix, shared_prefix_length, token_logprobs,
                                   token_values)
 
@@ -84,6 +84,6 @@ def test_shared_prefix_values_equal_the_full_pass_with_gradients(any_policy):
     policy = any_policy
     sequences, ids, mask, loss_mask, lp = shared_rows(policy.tokenizer)
     critic = build_critic(policy.model)
-    torch.nn.init.normal_(critic.score.weight, std=0.1)  # a zero head would make every value 0
+    torch.nn.init.normal_(value_head(critic).weight, std=0.1)  # a zero head would make every value 0
     score = lambda prefix_len: (token_values(critic, ids, mask, prefix_len=prefix_len),)  # noqa: E731
     assert_same_as_full_pass(critic, score, sequences, ids, loss_mask, lp)
