@@ -171,7 +171,8 @@ class SamplingSession:
         return out.logits[:, -1].float()
 
     def _decode(self, logits: torch.Tensor, running: torch.Tensor, *, max_new_tokens: int, temperature: float,
-                top_p: float, top_k: int, stop_strings: Sequence[str], generator: torch.Generator | None) -> dict[int, Sample]:
+                top_p: float, top_k: int, stop_strings: Sequence[str], generator: torch.Generator | None
+                ) -> dict[int, Sample]:
         """Sample from (B, V) logits for the running batch entries; returns each one's Sample by its row."""
         entries = running.nonzero().flatten().tolist()
         tokens: dict[int, list[int]] = {b: [] for b in entries}
