@@ -154,7 +154,8 @@ def load_causal_lm(path: str | Path, *, chat_template: str = "", device: str = "
         raise ModelLoadError(
             f"{whose} rewrites earlier turns of a conversation (as Qwen3's drops earlier reasoning), and one token "
             "sequence per episode needs each turn's text to stay as it was sampled; set model.chat_template to a "
-            "template file that keeps earlier turns (for Qwen3, Qwen2.5's ChatML template)") from None
+            "template file that keeps earlier turns (for Qwen3 and Qwen3.5, chat_templates/chatml.jinja, Qwen2.5's "
+            "ChatML, in the ragen repository)") from None
     except Exception as error:  # the template's own error: Gemma 2's and early Mistral's refuse a system message
         raise ModelLoadError(
             f"{whose} cannot render an episode (a system message, then user and assistant turns): {error}; set "

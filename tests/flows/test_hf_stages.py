@@ -9,6 +9,7 @@ cannot take) and the Llama 3 style one given as `model.chat_template`.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,6 +31,7 @@ from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.prompting import SYSTEM_PROMPT
 from ragen.trajectory_io import read_trajectories
 
+CHATML = Path(__file__).resolve().parents[2] / "chat_templates/chatml.jinja"
 SMALL = ["envs.tags=[sokoban]", "envs.train_size=16", "envs.val_size=4", "envs.test_size=4",
          "rollout.max_new_tokens=16", "rollout.max_turns=3", "train.env=sokoban", "train.groups=4",
          "train.group_size=4", "train.steps=2", "train.eval_every=2", "train.eval_episodes=4",
@@ -133,14 +135,14 @@ def test_every_stage_runs_on_a_gemma3_style_checkpoint(prefect_harness, project,
 @pytest.mark.slow
 def test_every_stage_runs_on_a_qwen3_5_checkpoint(prefect_harness, project, tmp_path_factory):
     """Qwen3.5: a vision-language checkpoint whose text model mixes linear-attention (Gated DeltaNet) layers with
-    attention, and a template that drops earlier reasoning (ChatML given as `model.chat_template`). Rollout's
+    attention, and a template that drops earlier reasoning (chat_templates/chatml.jinja, which we ship, given as
+    `model.chat_template`). Rollout's
     sampled log-probs equal a re-scoring of each episode's one sequence, which masked holes in the sampler's
     batches would break on the recurrent layers."""
     from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
     root = tmp_path_factory.mktemp("qwen3_5")
     tok = train_tokenizer(env_corpus(["sokoban"], 4), 320)
-    chatml = tok.chat_template
     tok.chat_template = THINK_STRIPPING
     text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                 layer_types=["linear_attention", "full_attention"], num_attention_heads=2, num_key_value_heads=1,
@@ -152,10 +154,10 @@ def test_every_stage_runs_on_a_qwen3_5_checkpoint(prefect_harness, project, tmp_
     Qwen3_5ForConditionalGeneration(Qwen3_5Config(text_config=text, vision_config=vision)).save_pretrained(
         root / "ckpt", safe_serialization=True)
     tok.save_pretrained(root / "ckpt")
-    (root / "chatml.jinja").write_text(chatml)
+    chatml = CHATML.read_text()
     params = str(project / "params.yaml")
     (project / "params.yaml").write_text("envs:\n  val_seed: 123\n")
-    small = [*SMALL, f"model.path={root / 'ckpt'}", f"model.chat_template={root / 'chatml.jinja'}"]
+    small = [*SMALL, f"model.path={root / 'ckpt'}", f"model.chat_template={CHATML}"]  # the template we ship
     envgen(params=params, overrides=small)
     base(params=params, overrides=small)
     rollout(params=params, overrides=small)

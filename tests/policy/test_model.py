@@ -284,13 +284,16 @@ def test_a_template_that_rewrites_earlier_turns_is_named_at_load(hf_dir, tmp_pat
 
 
 def test_model_chat_template_replaces_the_checkpoints_own(hf_dir, tmp_path, tokenizer):
-    """The Qwen3-like checkpoint runs with a ChatML template given in its place; a bad override is named as one."""
+    """The Qwen3-like checkpoint runs with the ChatML template we ship (chat_templates/chatml.jinja) given in its
+    place; a bad override is named as one."""
+    from pathlib import Path
+
     from chat_templates import THINK_STRIPPING
 
     ckpt = with_template(hf_dir, tmp_path / "ckpt", THINK_STRIPPING)
-    (tmp_path / "chatml.jinja").write_text(tokenizer.chat_template)
-    model, loaded = load_causal_lm(ckpt, chat_template=read_chat_template(tmp_path / "chatml.jinja"), device="cpu")
-    assert loaded.chat_template == tokenizer.chat_template
+    shipped = Path(__file__).resolve().parents[2] / "chat_templates/chatml.jinja"
+    model, loaded = load_causal_lm(ckpt, chat_template=read_chat_template(shipped), device="cpu")
+    assert loaded.chat_template == shipped.read_text()
     renderer = Policy(model.eval(), loaded).renderer(enable_think=True)
     messages, ids, _ = renderer.start("Turn 1:")
     response = "Go.</think><answer>Up</answer>"
