@@ -279,7 +279,8 @@ def test_a_template_that_rewrites_earlier_turns_is_named_at_load(hf_dir, tmp_pat
 
     ckpt = with_template(hf_dir, tmp_path / "ckpt", THINK_STRIPPING)
     with pytest.raises(ModelLoadError, match=r"ckpt: its chat template rewrites earlier turns .* set model.chat_"
-                                             r"template to a template file that keeps earlier turns \(for Qwen3, "):
+                                             r"template to a template file that keeps earlier turns \(for Qwen3 and "
+                                             r"Qwen3.5, chat_templates/chatml.jinja"):
         load_causal_lm(ckpt, device="cpu")
 
 
