@@ -1,0 +1,152 @@
+"""Which Hugging Face causal LM families the hf path handles exactly: a sweep over transformers' model types.
+
+    python bench/bench_families.py [--types llama qwen3_5_text ...] [--timeout 90]
+
+For every model type AutoModelForCausalLM knows (or those named), a random model from a generic tiny config
+(64 tokens, width 32, two layers; a few families need their own keys, below) runs the checks the rollout and the
+update rely on, each type in its own process (some build large default sub-models, or run out of memory):
+
+    load       stage base's checks: a causal LM whose forward takes past_key_values (Mamba, RWKV: refused)
+    session    a sampling session whose rows wait, join with suffixes of different lengths and finish at different
+               times: greedy tokens and log-probs equal fresh passes (to 1e-4)
+    prefix     scoring with the shared prefix run once equals the full pass (1e-4)
+    critic     the critic starts at zero, reads the shared prefix with the full pass's values, and a saved one
+               loads back in a fresh registry with the same values (1e-5)
+
+and prints a line per type: `ok`, or the first check that failed and why. `config` means the generic tiny config
+is not valid for that family (not a finding about the family). Not a test: it prints, it does not judge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+COMMON = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+              num_key_value_heads=1, pad_token_id=0, eos_token_id=1, bos_token_id=2, max_position_embeddings=256,
+              initializer_range=0.2)
+# families whose required keys the generic config lacks (a hybrid's two layers must include an attention layer)
+OWN_KEYS = {
+    "deepseek_v2": dict(num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
+                        v_head_dim=8, moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2,
+                        first_k_dense_replace=1),
+    "deepseek_v3": dict(num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
+                        v_head_dim=8, moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
+                        topk_group=1, first_k_dense_replace=1),
+    "qwen3_5_text": dict(layer_types=["linear_attention", "full_attention"], head_dim=16, linear_key_head_dim=8,
+                         linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=2),
+    "qwen3_next": dict(layer_types=["linear_attention", "full_attention"], head_dim=16, linear_key_head_dim=8,
+                       linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=2, num_experts=2,
+                       num_experts_per_tok=1, moe_intermediate_size=16, shared_expert_intermediate_size=16),
+    "jamba": dict(num_experts=2, mamba_d_state=8, mamba_dt_rank=4, attn_layer_offset=1, attn_layer_period=2,
+                  expert_layer_period=2, expert_layer_offset=1),
+    "falcon_h1": dict(mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_d_state=8, head_dim=16),
+    "lfm2": dict(full_attn_idxs=[1]),
+    "gpt2": dict(n_embd=32, n_layer=2, n_head=2),
+    "bloom": dict(n_layer=2, n_head=2),
+    "mpt": dict(d_model=32, n_heads=2, n_layers=2, expansion_ratio=2, max_seq_len=256),
+}
+
+
+class Texts:
+    """TokenTexts for a 64-token vocabulary with no stop tokens: every row samples its full budget."""
+
+    texts = [f"t{i} " for i in range(64)]
+    stop_ids: set[int] = set()
+    pad_id = 0
+
+
+def check(model_type: str) -> str:
+    """The checks on one model type, in this process; returns `ok` or `<check>: <why>`."""
+    import inspect
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+    from transformers.utils import logging as hf_logging
+
+    from ragen.policy.model import build_critic, load_critic, save_model, value_head
+    from ragen.policy.sampling import SamplingSession, sample
+    from ragen.policy.scoring import token_logprobs, token_values
+
+    hf_logging.set_verbosity_error()
+    step = "config"
+    try:
+        keys = {**COMMON, **OWN_KEYS.get(model_type, {})}
+        try:
+            config = AutoConfig.for_model(model_type, **keys)
+        except Exception:
+            config = AutoConfig.for_model(model_type, **{k: v for k, v in keys.items() if k != "num_key_value_heads"})
+        step = "build"
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config).eval()
+        step = "load"
+        if "past_key_values" not in inspect.signature(type(model).forward).parameters:
+            return "load: refused (its state lives outside transformers' cache)"
+        step = "session"
+        session, sequences = SamplingSession(model, Texts(), 3), [[5, 6, 7, 8, 9], [12, 13], [5, 6, 7, 8, 9]]
+        for turn, rows in enumerate(([0, 1, 2], [0, 1], [1, 2], [0, 1, 2])):
+            got = session.sample(rows, [sequences[r] for r in rows], max_new_tokens=4, temperature=0.0)
+            for row, a in zip(rows, got):
+                b = sample(model, Texts(), [sequences[row]], max_new_tokens=4, temperature=0.0)[0]
+                gap = max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs))
+                if a.token_ids != b.token_ids or gap > 1e-4:
+                    return f"session: turn {turn + 1} row {row} differs from a fresh pass (log-prob gap {gap:.1e})"
+                sequences[row] += list(a.token_ids) + [30 + turn + row] * (row + 1)
+        step = "prefix"
+        ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12], [5, 6, 7, 8, 11, 12, 13, 14]])
+        att = torch.ones_like(ids)
+        gap = (token_logprobs(model, ids, att)[0][:, 4:] - token_logprobs(model, ids, att, prefix_len=4)[0][:, 4:])
+        if gap.abs().max() > 1e-4:
+            return f"prefix: {gap.abs().max():.1e} off the full pass"
+        step = "critic"
+        critic = build_critic(model)
+        torch.nn.init.normal_(value_head(critic).weight)
+        values = token_values(critic, ids, att)
+        gap = (token_values(critic, ids, att, prefix_len=4)[:, 4:] - values[:, 4:]).abs().max()
+        if gap > 1e-4:
+            return f"critic: the shared prefix is {gap:.1e} off the full pass"
+        with tempfile.TemporaryDirectory() as tmp:
+            save_model(critic, Path(tmp) / "critic")
+            AutoModelForTokenClassification._model_mapping._extra_content.pop(type(critic.config), None)
+            gap = (token_values(load_critic(Path(tmp) / "critic", device="cpu"), ids, att) - values).abs().max()
+        if gap > 1e-5:
+            return f"critic: loads back {gap:.1e} off"
+        return "ok"
+    except Exception as error:
+        return f"{step}: {type(error).__name__}: {' '.join(str(error).split())[:150]}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--types", nargs="*", help="model types (default: every causal LM type transformers knows)")
+    parser.add_argument("--timeout", type=float, default=90.0, help="seconds per type")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: check one type in this process
+    args = parser.parse_args()
+    if args.one:
+        print(check(args.one))
+        return
+    from transformers import __version__
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    types = args.types or list(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    print(f"transformers {__version__}: {len(types)} causal LM model types")
+    outcomes = Counter()
+    for model_type in types:
+        try:
+            run = subprocess.run([sys.executable, __file__, "--one", model_type], capture_output=True, text=True,
+                                 timeout=args.timeout)
+            lines = run.stdout.strip().splitlines()
+            result = lines[-1] if run.returncode == 0 and lines else f"crash: exit {run.returncode}"
+        except subprocess.TimeoutExpired:
+            result = f"timeout: over {args.timeout:.0f} s (a large default sub-model)"
+        outcomes[result.split(":")[0]] += 1
+        print(f"{model_type:28s} {result}", flush=True)
+    print("summary: " + ", ".join(f"{name} {count}" for name, count in outcomes.most_common()))
+
+
+if __name__ == "__main__":
+    main()
