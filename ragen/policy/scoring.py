@@ -22,6 +22,13 @@ from ragen.policy.model import value_head
 
 # cache layer types (transformers' `config.layer_types`) that carry a state updated at every position fed
 RECURRENT_LAYER_TYPES = frozenset({"linear_attention", "conv", "hybrid", "hybrid_sliding"})
+# those that keep plain keys and values, which `_broadcast_cache` can share across rows (no layer_types: all full)
+PLAIN_ATTENTION_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+
+
+def _layer_types(model: PreTrainedModel) -> set[str]:
+    config = model.config.get_text_config(decoder=True)
+    return set(getattr(config, "layer_types", None) or ("full_attention",))
 
 
 def has_recurrent_layers(model: PreTrainedModel) -> bool:
@@ -29,8 +36,14 @@ def has_recurrent_layers(model: PreTrainedModel) -> bool:
     keys and values. Such a layer reads every position it is fed: a masked position decays its state and shifts its
     convolution window though its input is zeroed, so a masked hole between two real tokens changes everything
     after it, where attention would skip it."""
-    config = model.config.get_text_config(decoder=True)
-    return bool(RECURRENT_LAYER_TYPES & set(getattr(config, "layer_types", None) or ()))
+    return bool(RECURRENT_LAYER_TYPES & _layer_types(model))
+
+
+def broadcasts_prefix(model: PreTrainedModel) -> bool:
+    """Whether a shared prefix's cache can be run once and broadcast to every row: every layer keeps plain keys and
+    values. Not recurrent layers, nor DeepSeek-V3.2's and V4's indexed or compressed attention caches; those rows run
+    whole (the same values)."""
+    return _layer_types(model) <= PLAIN_ATTENTION_TYPES
 
 
 def skips_masked_positions(model: PreTrainedModel) -> bool:
@@ -57,18 +70,18 @@ def token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, attention_ma
         attention_mask: (B, T) 1 on real tokens.
         prefix_len: Lp > 0 runs the first Lp real tokens, which every row must share, once for all rows
             (`token_logprobs_shared_prefix`; take it from `shareable_prefix`); 0 runs every row whole. A model
-            with recurrent layers runs every row whole either way (the same values).
+            whose cache cannot be broadcast (`broadcasts_prefix`) runs every row whole either way (the same values).
     Returns:
         logprobs (B, T) and entropy (B, T) or None; position 0 is 0 (and the prefix, with `prefix_len`).
     """
-    if prefix_len and not has_recurrent_layers(model):
+    if prefix_len and broadcasts_prefix(model):
         return token_logprobs_shared_prefix(model, input_ids, attention_mask, prefix_len, with_entropy=with_entropy)
     out = model(input_ids=input_ids, attention_mask=attention_mask,
                 position_ids=position_ids_from_mask(attention_mask), use_cache=False)
     logits = out.logits[:, :-1].float()  # (B, T-1, V): predicts tokens 1..T-1
     logprobs, entropy = _logprobs_of(logits, input_ids[:, 1:], with_entropy)  # (B, T-1) each
     logprobs, entropy = F.pad(logprobs, (1, 0)), (F.pad(entropy, (1, 0)) if with_entropy else None)  # (B, T)
-    if prefix_len:  # a recurrent state cannot be shared by broadcasting: every row ran whole, zero what it shares
+    if prefix_len:  # a cache that cannot be broadcast (`broadcasts_prefix`): every row ran whole; zero the prefix
         shared = ~_own_tokens(attention_mask, prefix_len)  # (B, T)
         logprobs, entropy = logprobs.masked_fill(shared, 0.0), (entropy.masked_fill(shared, 0.0) if with_entropy
                                                                 else None)
@@ -115,12 +128,12 @@ def token_values(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mas
     after x_t would absorb the action's own effect: with a perfect critic, A_t = G - V would carry no signal about
     choosing x_t.
 
-    `prefix_len` Lp > 0 runs the shared first Lp real tokens once (`token_values_shared_prefix`; whole rows on a
-    critic with recurrent layers, with the same values).
+    `prefix_len` Lp > 0 runs the shared first Lp real tokens once (`token_values_shared_prefix`; whole rows where
+    `broadcasts_prefix` is false, with the same values).
 
     Returns (B, T) float32, differentiable.
     """
-    if prefix_len and not has_recurrent_layers(critic):
+    if prefix_len and broadcasts_prefix(critic):
         return token_values_shared_prefix(critic, input_ids, attention_mask, prefix_len)
     out = critic(input_ids=input_ids, attention_mask=attention_mask,
                  position_ids=position_ids_from_mask(attention_mask))

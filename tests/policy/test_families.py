@@ -4,7 +4,8 @@ For each family: a sampling session whose rows wait, join with suffixes of diffe
 times gives the log-probs of fresh passes; scoring with the shared prefix run once gives the full pass's log-probs;
 a critic starts at zero, reads the shared prefix with the full pass's values, and loads back with the same values.
 The families span attention by position ids (Llama, Mistral, Phi-3, Gemma 2, GPT-2, GPT-NeoX, DeepSeek-V3's
-latent attention, an MoE), recurrent hybrids (Qwen3-Next, Jamba, Falcon-H1, LFM2) and ALiBi (Bloom, MPT).
+latent attention, an MoE), caches of their own kind (DeepSeek-V4's compressed attention, HY-V4's indexed one),
+recurrent hybrids (Qwen3-Next, Jamba, Falcon-H1, LFM2) and ALiBi (Bloom, MPT).
 """
 
 import pytest
@@ -28,6 +29,8 @@ FAMILIES = {
     "deepseek_v3": dict(num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8,
                         qk_rope_head_dim=8, v_head_dim=8, moe_intermediate_size=16, n_routed_experts=4,
                         num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1),
+    "deepseek_v4": {},
+    "hy_v4": {},
     "gpt2": dict(n_embd=32, n_layer=2, n_head=2),
     "gpt_neox": {},
     "qwen3_next": dict(layer_types=["linear_attention", "full_attention"], head_dim=16, linear_key_head_dim=8,
