@@ -222,13 +222,19 @@ def build_critic(policy: PreTrainedModel) -> PreTrainedModel:
     with torch.random.fork_rng(devices=[]):
         critic = AutoModelForTokenClassification.from_config(
             config, dtype=policy.dtype, attn_implementation=policy.config._attn_implementation)
-    backbone = getattr(critic, critic.base_model_prefix)
-    backbone.load_state_dict(getattr(policy, policy.base_model_prefix).state_dict())
+    backbone(critic).load_state_dict(backbone(policy).state_dict())
     head = value_head(critic)
     torch.nn.init.zeros_(head.weight)
     if head.bias is not None:
         torch.nn.init.zeros_(head.bias)
     return critic.to(policy.device).eval()
+
+
+def backbone(model: PreTrainedModel) -> torch.nn.Module:
+    """The transformer under a model's head: the attribute its `base_model_prefix` names, or `model` where that
+    names none (Llama 4's text model says "language_model" but keeps its layers in `model`)."""
+    body = getattr(model, model.base_model_prefix, None)
+    return body if isinstance(body, torch.nn.Module) else model.model
 
 
 def value_head(critic: PreTrainedModel) -> torch.nn.Module:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
-from ragen.policy.model import value_head
+from ragen.policy.model import backbone, value_head
 
 
 # cache layer types (transformers' `config.layer_types`) that carry a state updated at every position fed
@@ -238,7 +238,7 @@ def token_values_shared_prefix(critic: PreTrainedModel, input_ids: torch.Tensor,
     and on the prefix."""
     batch, width = input_ids.shape
     prefix, suffix, mask, positions, own = _split_prefix(input_ids, attention_mask, prefix_len)
-    head = getattr(critic, critic.base_model_prefix)(input_ids=prefix, use_cache=True)  # the backbone: (1, Lp, H)
+    head = backbone(critic)(input_ids=prefix, use_cache=True)  # (1, Lp, H)
     tail = critic(input_ids=suffix, attention_mask=mask, position_ids=positions,
                   past_key_values=_broadcast_cache(head.past_key_values, batch), use_cache=True)
     first = value_head(critic)(head.last_hidden_state[:, -1:]).float().expand(batch, -1, -1)  # (B, 1, 1)

@@ -3,9 +3,10 @@
 For each family: a sampling session whose rows wait, join with suffixes of different lengths and finish at different
 times gives the log-probs of fresh passes; scoring with the shared prefix run once gives the full pass's log-probs;
 a critic starts at zero, reads the shared prefix with the full pass's values, and loads back with the same values.
-The families span attention by position ids (Llama, Mistral, Phi-3, Gemma 2, GPT-2, GPT-NeoX, DeepSeek-V3's
-latent attention, an MoE), caches of their own kind (DeepSeek-V4's compressed attention, HY-V4's indexed one),
-recurrent hybrids (Qwen3-Next, Jamba, Falcon-H1, LFM2) and ALiBi (Bloom, MPT).
+The families span attention by position ids (Llama, Llama 4, whose backbone is not where its base_model_prefix
+says, Mistral, Phi-3, Gemma 2, GPT-2, GPT-NeoX, DeepSeek-V3's latent attention, an MoE), caches of their own kind
+(DeepSeek-V4's compressed attention, HY-V4's indexed one), recurrent hybrids (Qwen3-Next, Jamba, Falcon-H1, LFM2)
+and ALiBi (Bloom, MPT).
 """
 
 import pytest
@@ -21,6 +22,7 @@ COMMON = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_la
               initializer_range=0.2)
 FAMILIES = {
     "llama": {},
+    "llama4_text": dict(num_local_experts=2, intermediate_size_mlp=64),
     "mistral": {},
     "phi3": {},
     "gemma2": dict(head_dim=16),
