@@ -16,7 +16,7 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import Cache, PreTrainedModel, PreTrainedTokenizerBase
 
 from ragen.policy.scoring import position_ids_from_mask, skips_masked_positions
 
@@ -116,7 +116,7 @@ class SamplingSession:
         """Rebuild the cache's batch from these batch entries, in this order (an entry may repeat)."""
         index_t = torch.tensor(index, dtype=torch.long, device=self.mask.device)
         if self.cache is not None:
-            self.cache.reorder_cache(index_t)
+            reorder_batch(self.cache, index_t)
         self.mask = self.mask[index_t]
 
     @torch.no_grad()
@@ -210,6 +210,17 @@ class SamplingSession:
             for b in running.nonzero().flatten().tolist():
                 self.fed[self.order[b]].append(ids_list[b])
         return {self.order[b]: Sample(tuple(tokens[b]), tuple(logprobs[b]), finish[b]) for b in entries}
+
+
+def reorder_batch(cache: Cache, index: torch.Tensor) -> None:
+    """Rebuild a cache's batch from these entries, in place (an entry may repeat). `reorder_cache` reorders every
+    layer; a family cache that keeps state beside its layers reorders it in its own `batch_select_indices` only
+    (MiniMax's linear-attention states), so that one is used where a cache class defines it."""
+    own_select = type(cache).batch_select_indices is not Cache.batch_select_indices
+    if own_select and type(cache).reorder_cache is Cache.reorder_cache:
+        cache.batch_select_indices(index)
+    else:
+        cache.reorder_cache(index)
 
 
 def sample(model: PreTrainedModel, token_texts: TokenTexts, prompts: Sequence[Sequence[int]], *,

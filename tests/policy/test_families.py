@@ -5,8 +5,8 @@ times gives the log-probs of fresh passes; scoring with the shared prefix run on
 a critic starts at zero, reads the shared prefix with the full pass's values, and loads back with the same values.
 The families span attention by position ids (Llama, Llama 4, whose backbone is not where its base_model_prefix
 says, Mistral, Phi-3, Gemma 2, GPT-2, GPT-NeoX, DeepSeek-V3's latent attention, an MoE), caches of their own kind
-(DeepSeek-V4's compressed attention, HY-V4's indexed one), recurrent hybrids (Qwen3-Next, Jamba, Falcon-H1, LFM2)
-and ALiBi (Bloom, MPT).
+(DeepSeek-V4's compressed attention, HY-V4's indexed one), recurrent hybrids (Qwen3-Next, Jamba, Falcon-H1, LFM2,
+MiniMax, whose cache keeps its linear-attention states beside its layers) and ALiBi (Bloom, MPT).
 """
 
 import pytest
@@ -42,6 +42,7 @@ FAMILIES = {
                   expert_layer_period=2, expert_layer_offset=1),
     "falcon_h1": dict(mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_d_state=8, head_dim=16),
     "lfm2": dict(full_attn_idxs=[1]),
+    "minimax": dict(num_local_experts=2, num_experts_per_tok=1),
     "bloom": dict(n_layer=2, n_head=2),
     "mpt": dict(d_model=32, n_heads=2, n_layers=2, expansion_ratio=2, max_seq_len=256),
 }
