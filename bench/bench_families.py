@@ -9,12 +9,13 @@ update rely on, each type in its own process (some build large default sub-model
     load       stage base's checks: a causal LM whose forward takes past_key_values (Mamba, RWKV: refused)
     session    a sampling session whose rows wait, join with suffixes of different lengths and finish at different
                times: greedy tokens and log-probs equal fresh passes (to 1e-4)
-    prefix     scoring with the shared prefix run once equals the full pass (1e-4)
+    prefix     scoring with the shared prefix run once equals the full pass (1e-4), and zero on the prefix
     critic     the critic starts at zero, reads the shared prefix with the full pass's values, and a saved one
                loads back in a fresh registry with the same values (1e-5)
 
 and prints a line per type: `ok`, or the first check that failed and why. `config` means the generic tiny config
-is not valid for that family (not a finding about the family). Not a test: it prints, it does not judge.
+is not valid for that family (not a finding about the family). Not a test: it prints, it does not judge
+(tests/policy/test_families.py runs `check` on the families the hf path must handle).
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ OWN_KEYS = {
     "deepseek_v3": dict(num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
                         v_head_dim=8, moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
                         topk_group=1, first_k_dense_replace=1),
+    "gemma2": dict(head_dim=16),
+    "llama4_text": dict(num_local_experts=2, intermediate_size_mlp=64),
+    "qwen2_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                      shared_expert_intermediate_size=16),
+    "minimax": dict(num_local_experts=2, num_experts_per_tok=1),
     "qwen3_5_text": dict(layer_types=["linear_attention", "full_attention"], head_dim=16, linear_key_head_dim=8,
                          linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=2),
     "qwen3_next": dict(layer_types=["linear_attention", "full_attention"], head_dim=16, linear_key_head_dim=8,
@@ -99,11 +105,14 @@ def check(model_type: str) -> str:
         step = "prefix"
         ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12], [5, 6, 7, 8, 11, 12, 13, 14]])
         att = torch.ones_like(ids)
-        gap = (token_logprobs(model, ids, att)[0][:, 4:] - token_logprobs(model, ids, att, prefix_len=4)[0][:, 4:])
-        if gap.abs().max() > 1e-4:
-            return f"prefix: {gap.abs().max():.1e} off the full pass"
+        full, shared = token_logprobs(model, ids, att)[0], token_logprobs(model, ids, att, prefix_len=4)[0]
+        gap = (shared[:, 4:] - full[:, 4:]).abs().max()
+        if gap > 1e-4 or torch.any(shared[:, :4] != 0):
+            return f"prefix: {gap:.1e} off the full pass, or the prefix not zero"
         step = "critic"
         critic = build_critic(model)
+        if torch.any(token_values(critic, ids, att) != 0):
+            return "critic: does not start at zero"
         torch.nn.init.normal_(value_head(critic).weight)
         values = token_values(critic, ids, att)
         gap = (token_values(critic, ids, att, prefix_len=4)[:, 4:] - values[:, 4:]).abs().max()
