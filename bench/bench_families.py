@@ -68,13 +68,11 @@ class Texts:
 
 def check(model_type: str) -> str:
     """The checks on one model type, in this process; returns `ok` or `<check>: <why>`."""
-    import inspect
-
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
     from transformers.utils import logging as hf_logging
 
-    from ragen.policy.model import build_critic, load_critic, save_model, value_head
+    from ragen.policy.model import build_critic, load_critic, save_model, takes_past_key_values, value_head
     from ragen.policy.sampling import SamplingSession, sample
     from ragen.policy.scoring import token_logprobs, token_values
 
@@ -90,7 +88,7 @@ def check(model_type: str) -> str:
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config).eval()
         step = "load"
-        if "past_key_values" not in inspect.signature(type(model).forward).parameters:
+        if not takes_past_key_values(type(model)):
             return "load: refused (its state lives outside transformers' cache)"
         step = "session"
         session, sequences = SamplingSession(model, Texts(), 3), [[5, 6, 7, 8, 9], [12, 13], [5, 6, 7, 8, 9]]

@@ -123,14 +123,14 @@ def load_causal_lm(path: str | Path, *, chat_template: str = "", device: str = "
         config = AutoConfig.from_pretrained(path, local_files_only=True)
     except Exception as error:  # transformers raises several types for a bad config
         raise ModelLoadError(f"model path {path}: cannot read config.json ({error})") from None
-    if not _is_causal_lm(config):
+    causal = AutoModelForCausalLM._model_mapping.get(type(config), None)  # the class transformers will build
+    if not _is_causal_lm(config, causal):
         held = config.architectures or config.model_type
         if any(arch.endswith("ForConditionalGeneration") for arch in config.architectures or []):
             raise ModelLoadError(f"model path {path} holds {held}, a vision-language model whose text model "
                                  "transformers does not load as a causal LM; use a text-only checkpoint")
         raise ModelLoadError(f"model path {path} holds {held}, not a causal LM")
-    causal = AutoModelForCausalLM._model_mapping.get(type(config), None)  # the class transformers will build
-    if causal is not None and "past_key_values" not in inspect.signature(causal.forward).parameters:  # Mamba, RWKV
+    if causal is not None and not takes_past_key_values(causal):
         raise ModelLoadError(f"model path {path}: {causal.__name__} keeps its state outside transformers' cache, "
                              "which the sampler extends turn by turn; use a family that takes past_key_values "
                              "(attention models, or hybrids such as Qwen3.5, Jamba, Falcon-H1, LFM2)")
@@ -166,18 +166,23 @@ def load_causal_lm(path: str | Path, *, chat_template: str = "", device: str = "
     return model.to(torch_device), tokenizer
 
 
-def _is_causal_lm(config: Any) -> bool:
-    """A causal LM checkpoint (its class is the one AutoModelForCausalLM builds: Qwen2ForCausalLM, GPT2LMHeadModel),
-    or a vision-language one whose text model transformers loads as a causal LM (a Qwen3.5 checkpoint holds
-    Qwen3_5ForConditionalGeneration; AutoModelForCausalLM reads its Qwen3_5ForCausalLM)."""
+def _is_causal_lm(config: Any, causal: type | None) -> bool:
+    """A causal LM checkpoint (its class is the one AutoModelForCausalLM builds, `causal`: Qwen2ForCausalLM,
+    GPT2LMHeadModel), or a vision-language one whose text model transformers loads as a causal LM (a Qwen3.5
+    checkpoint holds Qwen3_5ForConditionalGeneration; AutoModelForCausalLM reads its Qwen3_5ForCausalLM)."""
     architectures = config.architectures or []
     if any(arch.endswith("ForCausalLM") for arch in architectures):
         return True
-    causal = AutoModelForCausalLM._model_mapping.get(type(config), None)
     if causal is None:
         return False
     return causal.__name__ in architectures or (causal.__name__.endswith("ForCausalLM") and any(
         arch.endswith("ForConditionalGeneration") for arch in architectures))
+
+
+def takes_past_key_values(model_class: type) -> bool:
+    """Whether the family keeps its state in transformers' cache, which the sampler extends turn by turn (false for
+    Mamba and RWKV, whose state lives in their own `cache_params` or `state`)."""
+    return "past_key_values" in inspect.signature(model_class.forward).parameters
 
 
 def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:

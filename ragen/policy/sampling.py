@@ -109,6 +109,8 @@ class SamplingSession:
             return
         for row in gone:
             self.fed[row] = None
+        if self.refeed:  # the next call starts a fresh cache anyway: drop this one rather than reorder it
+            self.cache = None
         self._select(keep)
         self.order = [self.order[b] for b in keep]
 
