@@ -205,8 +205,9 @@ def test_sampled_logprobs_equal_a_rescoring_of_the_whole_episode(tokenizer, fami
     sequence, over turns in which episodes end at different times and their user messages differ in length: on our
     attention-only model, on a Qwen3.5 (linear-attention layers, whose state a masked position would move) and on
     an MPT (ALiBi by key index, to which a masked position adds distance)."""
-    from transformers import MptConfig, MptForCausalLM, Qwen3_5ForCausalLM, Qwen3_5TextConfig
+    from transformers import MptConfig, MptForCausalLM
 
+    import qwen3_5
     from ragen.policy.scoring import score_sequences
 
     if family == "tiny":
@@ -218,13 +219,7 @@ def test_sampled_logprobs_equal_a_rescoring_of_the_whole_episode(tokenizer, fami
                                          expansion_ratio=2, max_seq_len=2048, eos_token_id=tokenizer.eos_token_id,
                                          pad_token_id=tokenizer.pad_token_id, initializer_range=0.2))
     else:
-        torch.manual_seed(0)
-        model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(
-            vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            layer_types=["linear_attention", "full_attention"], num_attention_heads=2, num_key_value_heads=1,
-            head_dim=16, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
-            linear_num_value_heads=2, max_position_embeddings=2048, eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id, initializer_range=0.2))  # weights large enough to show a hole
+        model = qwen3_5.text_model(tokenizer)
     policy = Policy(model.eval(), tokenizer)
     specs = [EpisodeSpec("frozen_lake", 3, 0), EpisodeSpec("sokoban", 4, 1), EpisodeSpec("frozen_lake", 5, 2),
              EpisodeSpec("bandit", 8, 3)]  # states of different lengths

@@ -15,6 +15,7 @@ import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+import qwen3_5
 from chat_templates import (GEMMA3_STYLE, LLAMA3_STYLE, LLAMA3_THINK_STRIPPING, THINK_STRIPPING, gemma3_style,
                             llama3_style)
 from flows.base import base
@@ -136,24 +137,12 @@ def test_every_stage_runs_on_a_gemma3_style_checkpoint(prefect_harness, project,
 def test_every_stage_runs_on_a_qwen3_5_checkpoint(prefect_harness, project, tmp_path_factory):
     """Qwen3.5: a vision-language checkpoint whose text model mixes linear-attention (Gated DeltaNet) layers with
     attention, and a template that drops earlier reasoning (chat_templates/chatml.jinja, which we ship, given as
-    `model.chat_template`). Rollout's
-    sampled log-probs equal a re-scoring of each episode's one sequence, which masked holes in the sampler's
-    batches would break on the recurrent layers."""
-    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
-
+    `model.chat_template`). Rollout's sampled log-probs equal a re-scoring of each episode's one sequence, which
+    masked holes in the sampler's batches would break on the recurrent layers."""
     root = tmp_path_factory.mktemp("qwen3_5")
     tok = train_tokenizer(env_corpus(["sokoban"], 4), 320)
     tok.chat_template = THINK_STRIPPING
-    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                layer_types=["linear_attention", "full_attention"], num_attention_heads=2, num_key_value_heads=1,
-                head_dim=16, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
-                linear_num_value_heads=2, max_position_embeddings=2048, eos_token_id=tok.eos_token_id,
-                pad_token_id=tok.pad_token_id, initializer_range=0.2)
-    vision = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=32, out_hidden_size=32)
-    torch.manual_seed(0)
-    Qwen3_5ForConditionalGeneration(Qwen3_5Config(text_config=text, vision_config=vision)).save_pretrained(
-        root / "ckpt", safe_serialization=True)
-    tok.save_pretrained(root / "ckpt")
+    qwen3_5.save_published(root / "ckpt", tok)
     chatml = CHATML.read_text()
     params = str(project / "params.yaml")
     (project / "params.yaml").write_text("envs:\n  val_seed: 123\n")

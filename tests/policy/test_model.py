@@ -113,7 +113,8 @@ FALCON_H1 = dict(mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_d_state=
 
 
 @pytest.mark.parametrize("model_type, family, extra", [("gemma3_text", "Gemma3", {}), ("olmo2", "Olmo2", {}),
-                                                       ("granite", "Granite", {}), ("falcon_h1", "FalconH1", FALCON_H1)])
+                                                       ("granite", "Granite", {}),
+                                                       ("falcon_h1", "FalconH1", FALCON_H1)])
 def test_a_family_without_a_token_classification_model_gets_a_critic(tmp_path, model_type, family, extra):
     """Gemma 3, OLMo 2, Granite and Falcon-H1 (like most causal LM families) have no token-classification class in
     transformers: the critic is built the way transformers builds its own, and a saved one loads back in a fresh
@@ -206,19 +207,10 @@ def test_not_a_causal_lm_is_named(tmp_path, tokenizer):
 def test_a_qwen3_5_checkpoint_loads_its_text_model(tmp_path, tokenizer):
     """A Qwen3.5 checkpoint as published holds Qwen3_5ForConditionalGeneration (a vision tower beside the LM): its
     text model loads as the causal LM, with the checkpoint's weights, and has recurrent layers."""
-    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
-
+    import qwen3_5
     from ragen.policy.scoring import has_recurrent_layers
 
-    text = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                layer_types=["linear_attention", "full_attention"], num_attention_heads=2, num_key_value_heads=1,
-                head_dim=16, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
-                linear_num_value_heads=2, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    vision = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=32, out_hidden_size=32)
-    torch.manual_seed(0)
-    published = Qwen3_5ForConditionalGeneration(Qwen3_5Config(text_config=text, vision_config=vision))
-    published.save_pretrained(tmp_path, safe_serialization=True)
-    tokenizer.save_pretrained(tmp_path)
+    published = qwen3_5.save_published(tmp_path, tokenizer)
     model, _ = load_causal_lm(tmp_path, device="cpu")
     assert type(model).__name__ == "Qwen3_5ForCausalLM" and has_recurrent_layers(model)
     language = published.model.language_model.state_dict()
