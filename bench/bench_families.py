@@ -30,14 +30,25 @@ from pathlib import Path
 COMMON = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
               num_key_value_heads=1, pad_token_id=0, eos_token_id=1, bos_token_id=2, max_position_embeddings=256,
               initializer_range=0.2)
+# latent attention (DeepSeek-V2/V3 and the families built on it: MiniCPM3, GLM-4 MoE Lite, DeepSeek-V3.2, ...)
+MLA = dict(num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
+           moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+           first_k_dense_replace=1)
+# DeepSeek's sparse attention on top (deepseek_v32, glm_moe_dsa): its indexer keeps 4 keys a query, so the sessions
+# here (up to 20 tokens) use it. With few indexer heads its ReLU scores tie at zero, and which of the tied keys a pass
+# keeps depends on where the row's keys sit (left padding): 32 heads, as the real models have 32-64.
+DSA = dict(MLA, index_topk=4, index_head_dim=16, index_n_heads=32)
 # families whose required keys the generic config lacks (a hybrid's two layers must include an attention layer)
 OWN_KEYS = {
-    "deepseek_v2": dict(num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
-                        v_head_dim=8, moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2,
-                        first_k_dense_replace=1),
-    "deepseek_v3": dict(num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
-                        v_head_dim=8, moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
-                        topk_group=1, first_k_dense_replace=1),
+    **{name: MLA for name in ("deepseek_v2", "deepseek_v3", "minicpm3", "glm4_moe_lite", "youtu", "axk1", "axk2")},
+    **{name: DSA for name in ("deepseek_v32", "glm_moe_dsa")},
+    "longcat_flash": dict(num_layers=2, num_key_value_heads=2, ffn_hidden_size=64, q_lora_rank=16, kv_lora_rank=16,
+                          qk_nope_head_dim=8, qk_rope_head_dim=8, head_dim=8, v_head_dim=8, moe_topk=2,
+                          n_routed_experts=4, zero_expert_num=2, expert_ffn_hidden_size=16),
+    "helium": dict(head_dim=16),
+    "gptj": dict(n_embd=32, n_layer=2, n_head=2, rotary_dim=8, n_positions=256),
+    # CodeGen splits its heads over 4 model-parallel groups: 4 heads at least
+    "codegen": dict(hidden_size=64, num_attention_heads=4, rotary_dim=8, n_positions=256, n_ctx=256),
     "gemma2": dict(head_dim=16),
     "llama4_text": dict(num_local_experts=2, intermediate_size_mlp=64),
     "qwen2_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
