@@ -9,10 +9,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from transformers import (
@@ -180,9 +181,15 @@ def _is_causal_lm(config: Any, causal: type | None) -> bool:
 
 
 def takes_past_key_values(model_class: type) -> bool:
-    """Whether the family keeps its state in transformers' cache, which the sampler extends turn by turn (false for
-    Mamba and RWKV, whose state lives in their own `cache_params` or `state`)."""
-    return "past_key_values" in inspect.signature(model_class.forward).parameters
+    """Whether the family keeps its state in transformers' cache, which the sampler extends turn by turn: its forward
+    takes `past_key_values` and its output carries them. False for Mamba and RWKV, whose state lives in their own
+    `cache_params` or `state`, and for RecurrentGemma, which takes `past_key_values` but keeps its state in its
+    layers."""
+    forward = inspect.signature(model_class.forward)
+    outputs = [c for c in get_args(forward.return_annotation) or (forward.return_annotation,)
+               if dataclasses.is_dataclass(c)]  # e.g. tuple | CausalLMOutputWithPast; none annotated: trusted
+    return "past_key_values" in forward.parameters and all(
+        "past_key_values" in {field.name for field in dataclasses.fields(output)} for output in outputs)
 
 
 def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:

@@ -229,14 +229,20 @@ def test_a_vision_language_model_transformers_cannot_load_as_a_causal_lm_is_name
         load_causal_lm(tmp_path)
 
 
-def test_a_family_that_keeps_its_state_outside_the_cache_is_named(tmp_path, tokenizer):
-    """Mamba keeps its state in its own `cache_params`, which the sampler cannot extend turn by turn."""
-    from transformers import MambaConfig, MambaForCausalLM
+@pytest.mark.parametrize("model_type, keys", [
+    ("mamba", dict(hidden_size=16, num_hidden_layers=1, state_size=4)),
+    ("recurrent_gemma", dict(hidden_size=16, lru_width=16, num_hidden_layers=2, num_attention_heads=2, head_dim=8,
+                             num_key_value_heads=1, intermediate_size=32, block_types=["recurrent", "attention"])),
+])
+def test_a_family_that_keeps_its_state_outside_the_cache_is_named(tmp_path, tokenizer, model_type, keys):
+    """Mamba keeps its state in its own `cache_params`, and RecurrentGemma (whose forward takes `past_key_values`
+    and returns none) in its layers: the sampler cannot extend either turn by turn."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    MambaForCausalLM(MambaConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, state_size=4)
-                     ).save_pretrained(tmp_path, safe_serialization=True)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **keys))
+    model.save_pretrained(tmp_path, safe_serialization=True)
     tokenizer.save_pretrained(tmp_path)
-    with pytest.raises(ModelLoadError, match="MambaForCausalLM keeps its state outside transformers' cache"):
+    with pytest.raises(ModelLoadError, match=f"{type(model).__name__} keeps its state outside transformers' cache"):
         load_causal_lm(tmp_path)
 
 
