@@ -38,6 +38,12 @@ MLA = dict(num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_
 # here (up to 20 tokens) use it. With few indexer heads its ReLU scores tie at zero, and which of the tied keys a pass
 # keeps depends on where the row's keys sit (left padding): 32 heads, as the real models have 32-64.
 DSA = dict(MLA, index_topk=4, index_head_dim=16, index_n_heads=32)
+# linear attention by gated delta rule beside full attention (Qwen3.5, Qwen3-Next), and Qwen's MoE block
+GATED_DELTA = dict(layer_types=["linear_attention", "full_attention"], head_dim=16, linear_key_head_dim=8,
+                   linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=2)
+QWEN_MOE = dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, shared_expert_intermediate_size=16)
+# Mamba-2 layers beside attention (Bamba, Granite 4.0 hybrid)
+MAMBA2 = dict(mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8, mamba_chunk_size=16)
 # families whose required keys the generic config lacks (a hybrid's two layers must include an attention layer)
 OWN_KEYS = {
     **{name: MLA for name in ("deepseek_v2", "deepseek_v3", "minicpm3", "glm4_moe_lite", "youtu", "axk1", "axk2")},
@@ -54,15 +60,29 @@ OWN_KEYS = {
     "qwen2_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
                       shared_expert_intermediate_size=16),
     "minimax": dict(num_local_experts=2, num_experts_per_tok=1),
-    "qwen3_5_text": dict(layer_types=["linear_attention", "full_attention"], head_dim=16, linear_key_head_dim=8,
-                         linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=2),
-    "qwen3_next": dict(layer_types=["linear_attention", "full_attention"], head_dim=16, linear_key_head_dim=8,
-                       linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=2, num_experts=2,
-                       num_experts_per_tok=1, moe_intermediate_size=16, shared_expert_intermediate_size=16),
+    "qwen3_5_text": GATED_DELTA,
+    **{name: dict(GATED_DELTA, **QWEN_MOE) for name in ("qwen3_next", "qwen3_5_moe_text")},
+    # Qwen4-Exp's sparse attention (QSA) keeps 4 compressed keys a query: the sessions here use it
+    "qwen4_exp_text": dict(GATED_DELTA, **QWEN_MOE, layer_types=["linear_attention", "indexed_attention"],
+                           indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=4,
+                           indexer_compress_ratio=2),
+    **{name: dict(MLA, layer_types=["linear_attention", "full_attention"], mlp_layer_types=["dense", "sparse"],
+                  head_dim=16, linear_head_dim=8, linear_num_heads=4, num_experts_per_token=2, num_expert_group=1,
+                  layer_group_size=2, num_experts=4) for name in ("kimi_linear", "bailing_hybrid")},
+    "recurrent_gemma": dict(block_types=["recurrent", "attention"], lru_width=32, head_dim=16, num_key_value_heads=2),
     "jamba": dict(num_experts=2, mamba_d_state=8, mamba_dt_rank=4, attn_layer_offset=1, attn_layer_period=2,
                   expert_layer_period=2, expert_layer_offset=1),
     "falcon_h1": dict(mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_d_state=8, head_dim=16),
     "lfm2": dict(full_attn_idxs=[1]),
+    "lfm2_moe": dict(layer_types=["conv", "full_attention"], num_dense_layers=1, num_experts=4, num_experts_per_tok=2,
+                     moe_intermediate_size=16),
+    "bamba": dict(MAMBA2, attn_layer_indices=[1]),
+    "granitemoehybrid": dict(MAMBA2, layer_types=["mamba", "attention"], num_local_experts=2, num_experts_per_tok=1),
+    "zamba": dict(num_hidden_layers=3, layers_block_type=["linear_attention", "hybrid", "hybrid"], attn_layer_period=2,
+                  attn_layer_offset=1, attention_head_dim=16, mamba_dt_rank=4, mamba_d_state=8,
+                  use_mamba_kernels=False),
+    "zamba2": dict(layers_block_type=["linear_attention", "hybrid"], hybrid_layer_ids=[1], attention_head_dim=16,
+                   mamba_d_state=8, n_mamba_heads=4, mamba_headdim=16, chunk_size=16, use_mamba_kernels=False),
     "gpt2": dict(n_embd=32, n_layer=2, n_head=2),
     "bloom": dict(n_layer=2, n_head=2),
     "mpt": dict(d_model=32, n_heads=2, n_layers=2, expansion_ratio=2, max_seq_len=256),
