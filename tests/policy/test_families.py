@@ -7,7 +7,8 @@ full pass's values, and loads back with the same values. The families span atten
 whose backbone is not where its base_model_prefix says, Mistral, Phi-3, Gemma 2, GPT-2, GPT-NeoX, GPT-J's and
 CodeGen's partial rotary, DeepSeek-V3's latent attention and DeepSeek-V3.2's sparse one, an MoE), caches of their own
 kind (DeepSeek-V4's compressed attention, HY-V4's indexed one), recurrent hybrids (Qwen3-Next, Jamba, Falcon-H1,
-LFM2, MiniMax, whose cache keeps its linear-attention states beside its layers) and ALiBi (Bloom, MPT).
+LFM2, MiniMax, whose cache keeps its linear-attention states beside its layers, and Granite 4.0's Mamba-2 layers) and
+ALiBi (Bloom, MPT).
 """
 
 import pytest
@@ -17,7 +18,7 @@ bench_families = load_bench("bench_families")
 
 FAMILIES = ["llama", "llama4_text", "mistral", "phi3", "gemma2", "qwen2_moe", "deepseek_v3", "deepseek_v32",
             "deepseek_v4", "hy_v4", "gpt2", "gpt_neox", "gptj", "codegen", "qwen3_next", "jamba", "falcon_h1", "lfm2",
-            "minimax", "bloom", "mpt"]
+            "minimax", "granitemoehybrid", "bloom", "mpt"]
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)
