@@ -3,10 +3,12 @@
     python bench/bench_families.py [--types llama qwen3_5_text ...] [--timeout 90]
 
 For every model type AutoModelForCausalLM knows (or those named), a random model from a generic tiny config
-(64 tokens, width 32, two layers; a few families need their own keys, below) runs the checks the rollout and the
-update rely on, each type in its own process (some build large default sub-models, or run out of memory):
+(64 tokens, width 32, two layers, attention windows of 12 slots; a few families need their own keys, below) runs
+the checks the rollout and the update rely on, each type in its own process (some build large default sub-models,
+or run out of memory):
 
-    load       stage base's checks: a causal LM whose forward takes past_key_values (Mamba, RWKV: refused)
+    load       stage base's checks: a causal LM that keeps its state in past_key_values (Mamba, RWKV,
+               RecurrentGemma: refused)
     session    a sampling session whose rows wait, join with suffixes of different lengths and finish at different
                times: greedy tokens and log-probs equal fresh passes (to 1e-4)
     prefix     scoring with the shared prefix run once equals the full pass (1e-4), and zero on the prefix
@@ -30,6 +32,10 @@ from pathlib import Path
 COMMON = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
               num_key_value_heads=1, pad_token_id=0, eos_token_id=1, bos_token_id=2, max_position_embeddings=256,
               initializer_range=0.2)
+# sliding windows (Mistral, Gemma 2 and 3, GPT-OSS, Phi-3, ...), Llama 4's attention chunks and GPT-Neo's local layers
+# shrunk to 12 slots: the session's first call fits in them (9 slots), its later calls do not, and the prefix check's
+# 8-token rows do
+WINDOW_KEYS, WINDOW = ("sliding_window", "attention_chunk_size", "window_size"), 12
 # latent attention (DeepSeek-V2/V3 and the families built on it: MiniCPM3, GLM-4 MoE Lite, DeepSeek-V3.2, ...)
 MLA = dict(num_key_value_heads=2, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
            moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
@@ -51,11 +57,26 @@ OWN_KEYS = {
     "longcat_flash": dict(num_layers=2, num_key_value_heads=2, ffn_hidden_size=64, q_lora_rank=16, kv_lora_rank=16,
                           qk_nope_head_dim=8, qk_rope_head_dim=8, head_dim=8, v_head_dim=8, moe_topk=2,
                           n_routed_experts=4, zero_expert_num=2, expert_ffn_hidden_size=16),
-    "helium": dict(head_dim=16),
     "gptj": dict(n_embd=32, n_layer=2, n_head=2, rotary_dim=8, n_positions=256),
     # CodeGen splits its heads over 4 model-parallel groups: 4 heads at least
     "codegen": dict(hidden_size=64, num_attention_heads=4, rotary_dim=8, n_positions=256, n_ctx=256),
     "gemma2": dict(head_dim=16),
+    "gemma3n_text": dict(intermediate_size=64, layer_types=["sliding_attention", "full_attention"], head_dim=16,
+                         num_kv_shared_layers=0, vocab_size_per_layer_input=64, hidden_size_per_layer_input=8,
+                         laurel_rank=4, activation_sparsity_pattern=[0.0, 0.0]),
+    "gpt_neo": dict(num_layers=2, attention_types=[[["global", "local"], 1]], window_size=12, intermediate_size=64),
+    **{name: dict(head_dim=16) for name in ("hunyuan_v1_dense", "helium")},
+    "hunyuan_v1_moe": dict(head_dim=16, num_experts=2, moe_topk=1),
+    "diffllama": dict(num_attention_heads=4, num_key_value_heads=2, head_dim=8),  # heads split in two: an even count
+    "dots1": dict(n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, moe_intermediate_size=16,
+                  first_k_dense_replace=1),
+    "cohere_compass_text": dict(layer_types=["full_attention", "sliding_attention"], head_dim=16,
+                                rope_parameters={kind: dict(rope_type="default", rope_theta=10000.0)
+                                                 for kind in ("full_attention", "sliding_attention")}),
+    # DBRX clamps q, k and v by clip_qkv, which its real checkpoints set (8)
+    "dbrx": dict(d_model=32, n_heads=2, n_layers=2, max_seq_len=256,
+                 attn_config=dict(kv_n_heads=1, clip_qkv=8.0, rope_theta=1e4),
+                 ffn_config=dict(ffn_hidden_size=64, moe_num_experts=2, moe_top_k=1)),
     "llama4_text": dict(num_local_experts=2, intermediate_size_mlp=64),
     "qwen2_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
                       shared_expert_intermediate_size=16),
@@ -115,6 +136,9 @@ def check(model_type: str) -> str:
             config = AutoConfig.for_model(model_type, **keys)
         except Exception:
             config = AutoConfig.for_model(model_type, **{k: v for k, v in keys.items() if k != "num_key_value_heads"})
+        for key in WINDOW_KEYS:  # a window the session outgrows after its first call
+            if getattr(config, key, None):
+                setattr(config, key, WINDOW)
         step = "build"
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config).eval()

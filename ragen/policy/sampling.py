@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers import Cache, PreTrainedModel, PreTrainedTokenizerBase
 
-from ragen.policy.scoring import position_ids_from_mask, skips_masked_positions
+from ragen.policy.scoring import attention_window, position_ids_from_mask, skips_masked_positions
 
 STOP_TAIL_CHARS = 32
 
@@ -90,12 +90,15 @@ class SamplingSession:
     one that places tokens by their index (MPT) cannot take the holes (`skips_masked_positions`). There every call
     starts a fresh cache over the rows it samples, fed their whole sequences left padded (as RAGEN does every turn),
     so no real token ever follows a hole; the holes that finished sequences get while the others decode end with
-    the call.
+    the call. A model that attends over a window of cache slots (sliding-window or chunked layers: Mistral, Gemma 2
+    and 3, GPT-OSS, Phi-3, Llama 4; `attention_window`) takes the holes only while the cache cannot outgrow the
+    window; a call that could make it longer feeds whole sequences the same way.
     """
 
     def __init__(self, model: PreTrainedModel, token_texts: TokenTexts, rows: int) -> None:
         self.model, self.texts = model, token_texts
         self.refeed = not skips_masked_positions(model)  # every call feeds its rows' whole sequences
+        self.window = attention_window(model)  # slots a layer attends over (None: all): calls past it refeed
         self.fed: list[list[int] | None] = [[] for _ in range(rows)]  # tokens in the cache per row; None: released
         self.order = list(range(rows))  # the live rows, in the order of the cache's batch dimension
         self.cache = None
@@ -136,7 +139,9 @@ class SamplingSession:
             new[row] = list(prompt[len(done) :])
             if not new[row]:
                 raise ValueError(f"row {row}: nothing new to feed; a prompt must end with at least one new token")
-        if self.refeed:  # a fresh cache over these rows only, fed from their first token
+        slots = self.mask.shape[1] + max(len(tokens) for tokens in new.values()) + max_new_tokens  # after this call
+        if self.refeed or (self.window is not None and slots > self.window):
+            # a fresh cache over these rows only, fed from their first token
             new = {row: list(prompt) for row, prompt in zip(rows, prompts)}
             self.cache, self.order = None, list(rows)
             self.mask = torch.zeros((len(rows), 0), dtype=torch.long, device=device)

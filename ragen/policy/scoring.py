@@ -16,6 +16,7 @@ import inspect
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import get_layer_types_and_kwargs
 
 from ragen.policy.model import backbone, value_head
 
@@ -39,11 +40,29 @@ def has_recurrent_layers(model: PreTrainedModel) -> bool:
     return bool(RECURRENT_LAYER_TYPES & _layer_types(model))
 
 
-def broadcasts_prefix(model: PreTrainedModel) -> bool:
-    """Whether a shared prefix's cache can be run once and broadcast to every row: every layer keeps plain keys and
-    values. Not recurrent layers, nor DeepSeek-V3.2's and V4's indexed or compressed attention caches; those rows run
-    whole (the same values)."""
-    return _layer_types(model) <= PLAIN_ATTENTION_TYPES
+def attention_window(model: PreTrainedModel) -> int | None:
+    """The fewest cache slots a layer attends over (a sliding window, Llama 4's attention chunks, GPT-Neo's local
+    layers, DeepSeek-V4's window beside its compressed keys), or None when every layer sees the whole cache. A
+    window counts slots, not positions: a masked hole between real tokens takes a slot and pushes a real key out of
+    the window, where a fresh pass would still see it (left padding ahead of the first real token does not:
+    transformers measures chunks from it). A cache no longer than the window loses no key this way."""
+    config = model.config.get_text_config(decoder=True)
+    windows = [kwargs.get("sliding_window") or getattr(kwargs.get("config"), "sliding_window", None)  # DeepSeek-V4's
+               for kwargs in get_layer_types_and_kwargs(config)[1]]  # compressed layers carry their own config
+    windows = [window for window in windows if window]
+    if "local" in (getattr(config, "attention_layers", None) or ()):  # GPT-Neo's local layers, outside layer_types
+        windows.append(config.window_size)
+    return min(windows, default=None)
+
+
+def broadcasts_prefix(model: PreTrainedModel, prefix_len: int) -> bool:
+    """Whether a shared prefix of `prefix_len` tokens can be run once and its cache broadcast to every row: every
+    layer keeps plain keys and values, and the prefix fits in every layer's window (a windowed layer's cache keeps
+    its last window - 1 keys; the window itself then applies to the rows' own tokens as in the full pass). Not
+    recurrent layers, nor DeepSeek-V3.2's and V4's indexed or compressed attention caches; those rows run whole (the
+    same values)."""
+    window = attention_window(model)
+    return _layer_types(model) <= PLAIN_ATTENTION_TYPES and (window is None or prefix_len < window)
 
 
 def skips_masked_positions(model: PreTrainedModel) -> bool:
@@ -74,7 +93,7 @@ def token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, attention_ma
     Returns:
         logprobs (B, T) and entropy (B, T) or None; position 0 is 0 (and the prefix, with `prefix_len`).
     """
-    if prefix_len and broadcasts_prefix(model):
+    if prefix_len and broadcasts_prefix(model, prefix_len):
         return token_logprobs_shared_prefix(model, input_ids, attention_mask, prefix_len, with_entropy=with_entropy)
     out = model(input_ids=input_ids, attention_mask=attention_mask,
                 position_ids=position_ids_from_mask(attention_mask), use_cache=False)
@@ -133,7 +152,7 @@ def token_values(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mas
 
     Returns (B, T) float32, differentiable.
     """
-    if prefix_len and broadcasts_prefix(critic):
+    if prefix_len and broadcasts_prefix(critic, prefix_len):
         return token_values_shared_prefix(critic, input_ids, attention_mask, prefix_len)
     out = critic(input_ids=input_ids, attention_mask=attention_mask,
                  position_ids=position_ids_from_mask(attention_mask))

@@ -52,7 +52,7 @@ class ScriptedLM(torch.nn.Module):
     def __init__(self, scripts, vocab, prompt_len):
         super().__init__()
         self.scripts, self.vocab, self.prompt_len = scripts, vocab, prompt_len
-        self.config = PretrainedConfig()  # no layer types: attention only
+        self.config = PretrainedConfig(num_hidden_layers=1)  # no layer types: one attention layer, no window
         self.anchor = torch.nn.Parameter(torch.zeros(1))
 
     @property

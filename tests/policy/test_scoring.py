@@ -87,3 +87,14 @@ def test_shared_prefix_values_equal_the_full_pass_with_gradients(any_policy):
     torch.nn.init.normal_(value_head(critic).weight, std=0.1)  # a zero head would make every value 0
     score = lambda prefix_len: (token_values(critic, ids, mask, prefix_len=prefix_len),)  # noqa: E731
     assert_same_as_full_pass(critic, score, sequences, ids, loss_mask, lp)
+
+
+def test_a_shared_prefix_longer_than_a_window_runs_the_rows_whole(narrow_window_policy, tokenizer):
+    """A sliding-window layer's cache keeps its last window - 1 keys, so a prefix that long cannot be broadcast (its
+    first keys would be gone): the rows run whole, with the full pass's values and gradients."""
+    policy = narrow_window_policy
+    sequences, ids, mask, loss_mask, lp = shared_rows(tokenizer)
+    assert lp >= 8
+    score = lambda prefix_len: token_logprobs(policy.model, ids, mask, with_entropy=True,  # noqa: E731
+                                              prefix_len=prefix_len)
+    assert_same_as_full_pass(policy.model, score, sequences, ids, loss_mask, lp)
