@@ -65,7 +65,7 @@ OWN_KEYS = {
                          num_kv_shared_layers=0, vocab_size_per_layer_input=64, hidden_size_per_layer_input=8,
                          laurel_rank=4, activation_sparsity_pattern=[0.0, 0.0]),
     "gpt_neo": dict(num_layers=2, attention_types=[[["global", "local"], 1]], window_size=12, intermediate_size=64),
-    **{name: dict(head_dim=16) for name in ("hunyuan_v1_dense", "helium")},
+    **{name: dict(head_dim=16) for name in ("hunyuan_v1_dense", "helium", "ministral")},
     "hunyuan_v1_moe": dict(head_dim=16, num_experts=2, moe_topk=1),
     "diffllama": dict(num_attention_heads=4, num_key_value_heads=2, head_dim=8),  # heads split in two: an even count
     "dots1": dict(n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, moe_intermediate_size=16,
