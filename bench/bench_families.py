@@ -64,7 +64,7 @@ OWN_KEYS = {
     "gemma3n_text": dict(intermediate_size=64, layer_types=["sliding_attention", "full_attention"], head_dim=16,
                          num_kv_shared_layers=0, vocab_size_per_layer_input=64, hidden_size_per_layer_input=8,
                          laurel_rank=4, activation_sparsity_pattern=[0.0, 0.0]),
-    "gpt_neo": dict(num_layers=2, attention_types=[[["global", "local"], 1]], window_size=12, intermediate_size=64),
+    "gpt_neo": dict(num_layers=2, attention_types=[[["global", "local"], 1]], intermediate_size=64),
     **{name: dict(head_dim=16) for name in ("hunyuan_v1_dense", "helium", "ministral")},
     "hunyuan_v1_moe": dict(head_dim=16, num_experts=2, moe_topk=1),
     "diffllama": dict(num_attention_heads=4, num_key_value_heads=2, head_dim=8),  # heads split in two: an even count
