@@ -1,6 +1,7 @@
 """The hf path on a GPU: a random Qwen2 checkpoint loaded as a user's local model, sampled, scored and trained.
 
-    python bench/bench_cuda.py [--shape qwen2.5-0.5b|small] [--episodes 128] [--turns 5] [--device auto]
+    python bench/bench_cuda.py [--shape qwen2.5-0.5b|small|small-windowed] [--episodes 128] [--turns 5]
+                               [--device auto]
 
 Builds a randomly initialised Qwen2 from a config (the layer shapes of Qwen2.5-0.5B-Instruct by default, over our
 byte-level tokenizer's vocabulary), saves it as a Hugging Face checkpoint directory (safetensors, tokenizer.json,
@@ -55,6 +56,10 @@ SHAPES = {  # Qwen2.5-0.5B-Instruct's layer shapes (its config.json), and a smal
     "small": dict(hidden_size=192, intermediate_size=512, num_hidden_layers=4, num_attention_heads=6,
                   num_key_value_heads=2, max_position_embeddings=2048),
 }
+# the small shape with a sliding window of 128 slots on every other layer (as Gemma 2 and 3 and GPT-OSS mix them),
+# which 5-turn Sokoban conversations outgrow
+SHAPES["small-windowed"] = dict(SHAPES["small"], use_sliding_window=True, sliding_window=128,
+                                layer_types=["sliding_attention", "full_attention"] * 2)
 
 
 def build_checkpoint(root: Path, shape: str) -> Path:
