@@ -90,7 +90,7 @@ def play(policy: Policy, bandit: int, sokoban: int) -> list[Trajectory]:
     specs += [EpisodeSpec("sokoban", 8_000 + i // 4, 1_000 + i // 4) for i in range(sokoban)]
     respond = policy_responder(policy, cfg, generator=gen(0))
     return run_episodes(specs, respond, policy.renderer(cfg.enable_think), cfg,
-                        max_positions=policy.model.config.max_position_embeddings)
+                        max_positions=policy.max_positions)
 
 
 def sampling_layer(trajectories: list[Trajectory]) -> dict[str, str]:

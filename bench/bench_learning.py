@@ -163,7 +163,7 @@ def random_success(cfg: Config, policy: Policy, envs_dir: str, env: str, split: 
                                  max_turns=cfg.rollout.max_turns, enable_think=cfg.rollout.enable_think)
     specs = [EpisodeSpec(env, s, i) for i, s in enumerate(seeds)]
     trajectories = run_episodes(specs, respond, renderer, cfg.rollout,
-                                max_positions=policy.model.config.max_position_embeddings)
+                                max_positions=policy.max_positions)
     return summarize(trajectories)["success_rate"]
 
 

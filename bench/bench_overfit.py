@@ -122,7 +122,7 @@ def solver_plays(cfg: Config, policy: Policy, pool: list[int]) -> list[Trajector
                                    max_actions_per_turn=r.max_actions_per_turn, max_turns=r.max_turns,
                                    enable_think=r.enable_think, seed=cfg.base.seed)
     return run_episodes([EpisodeSpec(cfg.train.env, seed, g) for g, seed in enumerate(pool)], responder,
-                        policy.renderer(r.enable_think), r, max_positions=policy.model.config.max_position_embeddings)
+                        policy.renderer(r.enable_think), r, max_positions=policy.max_positions)
 
 
 def own_best_successes(cfg: Config, policy: Policy, pool: list[int]) -> list[Trajectory]:

@@ -95,7 +95,7 @@ def timed_rollout(policy: Policy, cfg: RolloutConfig, specs: list[EpisodeSpec], 
         return samples
 
     trajectories = run_episodes(specs, timed, policy.renderer(True), cfg,
-                                max_positions=policy.model.config.max_position_embeddings)
+                                max_positions=policy.max_positions)
     return trajectories, batches, seconds, tokens, flops
 
 

@@ -54,7 +54,7 @@ def own_rollouts(cfg, policy: Policy, env: str, seeds: list[int], rollouts: int,
     for start in range(0, len(specs), CHUNK):
         trajectories += run_episodes(specs[start : start + CHUNK], policy_responder(policy, cfg.rollout, generator=generator),
                                      policy.renderer(cfg.rollout.enable_think), cfg.rollout,
-                                     max_positions=policy.model.config.max_position_embeddings)
+                                     max_positions=policy.max_positions)
     cache.parent.mkdir(parents=True, exist_ok=True)
     write_trajectories(cache, trajectories)
     return trajectories

@@ -95,12 +95,12 @@ def evaluate_base(cfg: Config, policy: Policy, envs_dir: Path) -> tuple[dict[str
         seeds = read_seeds(envs_dir, tag, "val")[: cfg.base.eval_episodes]
         specs = [EpisodeSpec(tag, seed, i) for i, seed in enumerate(seeds)]
         trajectories = run_episodes(specs, policy_responder(policy, cfg.rollout, generator=generator), renderer,
-                                    cfg.rollout, max_positions=policy.model.config.max_position_embeddings)
+                                    cfg.rollout, max_positions=policy.max_positions)
         randoms = run_episodes(specs, scripted_responder("warm", policy.tokenizer, renderer.prefix, seed=cfg.base.seed,
                                                          max_actions_per_turn=cfg.rollout.max_actions_per_turn,
                                                          max_turns=cfg.rollout.max_turns,
                                                          enable_think=cfg.rollout.enable_think),
-                               renderer, cfg.rollout, max_positions=policy.model.config.max_position_embeddings)
+                               renderer, cfg.rollout, max_positions=policy.max_positions)
         results[tag] = {**summarize(trajectories), "random_success_rate": summarize(randoms)["success_rate"]}
         samples += [{"tag": tag, "seed": t.seed, "success": t.success, "return": t.traj_return,
                      "transcript": policy.tokenizer.decode(t.token_ids[t.system_len:])} for t in trajectories[:2]]

@@ -34,7 +34,7 @@ def evaluate_policy(policy: Policy, tag: str, seeds: Sequence[int], cfg: Rollout
     trajectories = []
     for _ in range(samples):
         trajectories += run_episodes(specs, responder, policy.renderer(cfg.enable_think), cfg,
-                                     max_positions=policy.model.config.max_position_embeddings)
+                                     max_positions=policy.max_positions)
     return evaluation_summary(trajectories, len(seeds)), trajectories
 
 

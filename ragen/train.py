@@ -72,7 +72,7 @@ def collect(cfg: Config, policy: Policy, pool: Sequence[int], step: int) -> list
     generator = torch.Generator(policy.model.device).manual_seed(cfg.train.seed * 1_000_003 + step)
     return run_episodes(step_specs(cfg, pool, step), policy_responder(policy, cfg.rollout, generator=generator),
                         policy.renderer(cfg.rollout.enable_think), cfg.rollout,
-                        max_positions=policy.model.config.max_position_embeddings,
+                        max_positions=policy.max_positions,
                         potential=make_potential(cfg.algo.shaping, cfg.algo.shaping_coef,
                                                  cfg.rollout.max_actions_per_turn))
 

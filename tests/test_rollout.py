@@ -199,13 +199,14 @@ def test_policy_rollouts_are_deterministic_by_seed(tokenizer):
     assert set(stats) >= {"success_rate", "format_valid_rate", "return_mean", "response_tokens_mean"}
 
 
-@pytest.mark.parametrize("family", ["tiny", "qwen3_5", "mpt"])
+@pytest.mark.parametrize("family", ["tiny", "qwen3_5", "mpt", "windowed"])
 def test_sampled_logprobs_equal_a_rescoring_of_the_whole_episode(tokenizer, family):
     """What rollout records as each sampled token's log-prob is what training scores on the episode's one
     sequence, over turns in which episodes end at different times and their user messages differ in length: on our
-    attention-only model, on a Qwen3.5 (linear-attention layers, whose state a masked position would move) and on
-    an MPT (ALiBi by key index, to which a masked position adds distance)."""
-    from transformers import MptConfig, MptForCausalLM
+    attention-only model, on a Qwen3.5 (linear-attention layers, whose state a masked position would move), on
+    an MPT (ALiBi by key index, to which a masked position adds distance) and on a Qwen2 whose first layer attends
+    over a sliding window of 64 cache slots (which a masked position would take)."""
+    from transformers import MptConfig, MptForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     import qwen3_5
     from ragen.policy.scoring import score_sequences
@@ -218,6 +219,14 @@ def test_sampled_logprobs_equal_a_rescoring_of_the_whole_episode(tokenizer, fami
         model = MptForCausalLM(MptConfig(vocab_size=len(tokenizer), d_model=32, n_heads=2, n_layers=2,
                                          expansion_ratio=2, max_seq_len=2048, eos_token_id=tokenizer.eos_token_id,
                                          pad_token_id=tokenizer.pad_token_id, initializer_range=0.2))
+    elif family == "windowed":
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                             num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                             use_sliding_window=True, sliding_window=64, max_position_embeddings=2048,
+                                             layer_types=["sliding_attention", "full_attention"],
+                                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                                             initializer_range=0.2))
     else:
         model = qwen3_5.text_model(tokenizer)
     policy = Policy(model.eval(), tokenizer)
@@ -225,9 +234,41 @@ def test_sampled_logprobs_equal_a_rescoring_of_the_whole_episode(tokenizer, fami
              EpisodeSpec("bandit", 8, 3)]  # states of different lengths
     cfg = RolloutConfig(max_new_tokens=10, max_turns=3)
     played = run_episodes(specs, policy_responder(policy, cfg, generator=torch.Generator().manual_seed(0)),
-                          policy.renderer(True), cfg, max_positions=2048)
+                          policy.renderer(True), cfg, max_positions=policy.max_positions)
     assert sorted(len(t.turns) for t in played) == [1, 3, 3, 3]  # the bandit's episode leaves after one turn
     for traj in played:
+        ids = torch.tensor([traj.token_ids])
+        rescored, _ = score_sequences(model, ids, torch.ones_like(ids), with_entropy=False)
+        sampled = torch.tensor(traj.sampled_mask)
+        assert torch.allclose(rescored[0][sampled], torch.tensor(traj.sampled_logprobs)[sampled], atol=1e-4)
+
+
+def test_episodes_end_before_a_longrope_model_switches_its_rotary_factors(tokenizer):
+    """Phi-3's longrope switches its rotary factors for every row of a forward once a position passes
+    original_max_position_embeddings, so a longer conversation is not sampled as a fresh pass would score it: the
+    policy's max_positions stops there, episodes close before it ("context"), and what they sampled equals a
+    rescoring."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    from ragen.policy.scoring import score_sequences
+
+    rope = dict(rope_type="longrope", rope_theta=10000.0, short_factor=[1.0] * 8, long_factor=[4.0] * 8,
+                original_max_position_embeddings=512)
+    torch.manual_seed(0)
+    model = Phi3ForCausalLM(Phi3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                       num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                       max_position_embeddings=2048, original_max_position_embeddings=512,
+                                       rope_parameters=rope, eos_token_id=tokenizer.eos_token_id,
+                                       pad_token_id=tokenizer.pad_token_id, initializer_range=0.2))
+    policy = Policy(model.eval(), tokenizer)
+    assert policy.max_positions == 512
+    specs = [EpisodeSpec("frozen_lake", 3, 0), EpisodeSpec("sokoban", 4, 1), EpisodeSpec("frozen_lake", 5, 2)]
+    cfg = RolloutConfig(max_new_tokens=10, max_turns=3)
+    played = run_episodes(specs, policy_responder(policy, cfg, generator=torch.Generator().manual_seed(0)),
+                          policy.renderer(True), cfg, max_positions=policy.max_positions)
+    assert {t.end_reason for t in played} == {"context"}
+    for traj in played:
+        assert len(traj.token_ids) <= 512
         ids = torch.tensor([traj.token_ids])
         rescored, _ = score_sequences(model, ids, torch.ones_like(ids), with_entropy=False)
         sampled = torch.tensor(traj.sampled_mask)

@@ -12,6 +12,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ragen.policy.chat import ChatRenderer
 from ragen.policy.model import load_causal_lm, read_meta
 from ragen.policy.sampling import Sample, TokenTexts, sample
+from ragen.policy.scoring import exact_context
 from ragen.prompting import forced_prefix
 
 
@@ -29,6 +30,12 @@ class Policy:
                  attn: str = "auto") -> Policy:
         model, tokenizer = load_causal_lm(path, chat_template=chat_template, device=device, dtype=dtype, attn=attn)
         return cls(model.eval(), tokenizer)
+
+    @property
+    def max_positions(self) -> int:
+        """The longest conversation an episode may grow to (`exact_context`): the rollout ends an episode whose next
+        turn would pass it ("context")."""
+        return exact_context(self.model)
 
     def renderer(self, enable_think: bool) -> ChatRenderer:
         return ChatRenderer(self.tokenizer, forced_prefix(enable_think))

@@ -12,6 +12,7 @@ What they cannot do is skip a masked position between real tokens (`has_recurren
 from __future__ import annotations
 
 import inspect
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +54,20 @@ def attention_window(model: PreTrainedModel) -> int | None:
     if "local" in (getattr(config, "attention_layers", None) or ()):  # GPT-Neo's local layers, outside layer_types
         windows.append(config.window_size)
     return min(windows, default=None)
+
+
+def exact_context(model: PreTrainedModel) -> int:
+    """The longest sequence the model samples and scores exactly: its max_position_embeddings (MPT's max_seq_len;
+    Bloom has none), or for longrope (Phi-3, Phi-3.5, Phi-4-mini) its original_max_position_embeddings. Past that,
+    longrope switches its rotary factors for every row of a forward at once, by the batch's largest position: keys
+    cached before the switch, and a row run beside a longer one, no longer match a fresh pass of the row."""
+    config = model.config.get_text_config(decoder=True)
+    rope = getattr(config, "rope_parameters", None) or {}
+    kinds = list(rope.values()) if rope and all(isinstance(v, dict) for v in rope.values()) else [rope]  # per layer
+    switches = [kind.get("original_max_position_embeddings") or getattr(config, "original_max_position_embeddings", 0)
+                for kind in kinds if kind.get("rope_type") == "longrope"]
+    limits = [getattr(config, key, None) for key in ("max_position_embeddings", "max_seq_len")]  # MPT: max_seq_len
+    return min([*(limit for limit in limits + switches if limit)], default=sys.maxsize)  # Bloom's ALiBi: no limit
 
 
 def broadcasts_prefix(model: PreTrainedModel, prefix_len: int) -> bool:
