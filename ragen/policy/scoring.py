@@ -67,7 +67,7 @@ def exact_context(model: PreTrainedModel) -> int:
     switches = [kind.get("original_max_position_embeddings") or getattr(config, "original_max_position_embeddings", 0)
                 for kind in kinds if kind.get("rope_type") == "longrope"]
     limits = [getattr(config, key, None) for key in ("max_position_embeddings", "max_seq_len")]  # MPT: max_seq_len
-    return min([*(limit for limit in limits + switches if limit)], default=sys.maxsize)  # Bloom's ALiBi: no limit
+    return min((limit for limit in limits + switches if limit), default=sys.maxsize)  # Bloom's ALiBi: no limit
 
 
 def broadcasts_prefix(model: PreTrainedModel, prefix_len: int) -> bool:
