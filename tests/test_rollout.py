@@ -206,9 +206,10 @@ def test_sampled_logprobs_equal_a_rescoring_of_the_whole_episode(tokenizer, fami
     attention-only model, on a Qwen3.5 (linear-attention layers, whose state a masked position would move), on
     an MPT (ALiBi by key index, to which a masked position adds distance) and on a Qwen2 whose first layer attends
     over a sliding window of 64 cache slots (which a masked position would take)."""
-    from transformers import MptConfig, MptForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import MptConfig, MptForCausalLM
 
     import qwen3_5
+    import windowed
     from ragen.policy.scoring import score_sequences
 
     if family == "tiny":
@@ -220,13 +221,7 @@ def test_sampled_logprobs_equal_a_rescoring_of_the_whole_episode(tokenizer, fami
                                          expansion_ratio=2, max_seq_len=2048, eos_token_id=tokenizer.eos_token_id,
                                          pad_token_id=tokenizer.pad_token_id, initializer_range=0.2))
     elif family == "windowed":
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                             num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                                             use_sliding_window=True, sliding_window=64, max_position_embeddings=2048,
-                                             layer_types=["sliding_attention", "full_attention"],
-                                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                                             initializer_range=0.2))
+        model = windowed.windowed_model(tokenizer, 64)
     else:
         model = qwen3_5.text_model(tokenizer)
     policy = Policy(model.eval(), tokenizer)

@@ -1,7 +1,7 @@
 import pytest
 import torch
-from transformers import (MptConfig, MptForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3_5ForCausalLM,
-                          Qwen3_5TextConfig)
+from transformers import MptConfig, MptForCausalLM, Qwen3_5ForCausalLM, Qwen3_5TextConfig
+from windowed import windowed_model
 
 from ragen.policy import Policy
 from ragen.policy.model import build_tiny_model
@@ -44,28 +44,17 @@ def alibi_policy(tokenizer):
     return Policy(MptForCausalLM(config).eval(), tokenizer)
 
 
-def windowed(tokenizer, window: int) -> Policy:
-    """A random Qwen2 whose first layer attends over the last `window` cache slots and whose second sees them all,
-    as Gemma 2 and 3, GPT-OSS and OLMo 3 mix sliding-window and full layers (`attention_window`)."""
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=window,
-                         layer_types=["sliding_attention", "full_attention"], max_position_embeddings=1024,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    return Policy(Qwen2ForCausalLM(config).eval(), tokenizer)
-
-
 @pytest.fixture(scope="session")
 def windowed_policy(tokenizer):
-    """A window of 24 slots: a session's first turn fits in it, its later turns do not; the scoring tests' shared
-    prefix (23 tokens) fits, their rows (28-30) do not."""
-    return windowed(tokenizer, 24)
+    """`windowed_model` with a window of 24 slots: a session's first turn fits in it, its later turns do not; the
+    scoring tests' shared prefix (23 tokens) fits, their rows (28-30) do not."""
+    return Policy(windowed_model(tokenizer, 24), tokenizer)
 
 
 @pytest.fixture(scope="session")
 def narrow_window_policy(tokenizer):
     """A window of 8 slots, shorter than the scoring tests' shared prefix."""
-    return windowed(tokenizer, 8)
+    return Policy(windowed_model(tokenizer, 8), tokenizer)
 
 
 @pytest.fixture(params=["attention", "recurrent", "alibi", "windowed"])
