@@ -92,7 +92,8 @@ class SamplingSession:
     so no real token ever follows a hole; the holes that finished sequences get while the others decode end with
     the call. A model that attends over a window of cache slots (sliding-window or chunked layers: Mistral, Gemma 2
     and 3, GPT-OSS, Phi-3, Llama 4; `attention_window`) takes the holes only while the cache cannot outgrow the
-    window; a call that could make it longer feeds whole sequences the same way.
+    window; a call that could make it longer feeds whole sequences the same way. A row that sits out a call that
+    starts a fresh cache is not in it: the next call that samples it starts a fresh cache as well.
     """
 
     def __init__(self, model: PreTrainedModel, token_texts: TokenTexts, rows: int) -> None:
@@ -112,8 +113,8 @@ class SamplingSession:
             return
         for row in gone:
             self.fed[row] = None
-        if self.refeed:  # the next call starts a fresh cache anyway: drop this one rather than reorder it
-            self.cache = None
+        if self.refeed or (self.window is not None and self.mask.shape[1] >= self.window):
+            self.cache = None  # the next call starts a fresh cache anyway: drop this one rather than reorder it
         self._select(keep)
         self.order = [self.order[b] for b in keep]
 
@@ -140,7 +141,8 @@ class SamplingSession:
             if not new[row]:
                 raise ValueError(f"row {row}: nothing new to feed; a prompt must end with at least one new token")
         slots = self.mask.shape[1] + max(len(tokens) for tokens in new.values()) + max_new_tokens  # after this call
-        if self.refeed or (self.window is not None and slots > self.window):
+        left_out = not set(rows) <= set(self.order)  # a row that sat out a fresh cache's call is not in it
+        if self.refeed or (self.window is not None and slots > self.window) or left_out:
             # a fresh cache over these rows only, fed from their first token
             new = {row: list(prompt) for row, prompt in zip(rows, prompts)}
             self.cache, self.order = None, list(rows)

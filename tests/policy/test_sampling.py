@@ -175,6 +175,29 @@ def test_session_shares_a_prompt_once_and_drops_released_rows(any_policy):
         session.sample([2], [sequences[2] + enc("Up")], max_new_tokens=2)
 
 
+def test_a_row_that_sat_out_a_fresh_cache_comes_back_whole(any_policy, windowed_policy):
+    """A call that starts a fresh cache (recurrent layers always; a window once the cache could outgrow it) holds
+    only the rows it samples: a row that sat it out is fed whole when it comes back, even by a call that would
+    otherwise keep the cache. The windowed case: row 2's long prompt leaves holes in rows 0 and 1, so their call
+    outgrows the 24-slot window and refeeds them alone, and row 2's next call fits the window again."""
+    from ragen.policy.sampling import SamplingSession
+
+    policy = any_policy
+    session = SamplingSession(policy.model, policy.token_texts, 3)
+    sequences = [[5, 6], [7, 8], list(range(20, 32))]
+    for rows, max_new_tokens in (([0, 1, 2], 2), ([0, 1], 10), ([2], 2), ([0, 2], 2), ([0, 2], 8)):
+        got = session.sample(rows, [sequences[r] for r in rows], max_new_tokens=max_new_tokens, temperature=0.0)
+        fresh = policy.sample([sequences[r] for r in rows], max_new_tokens=max_new_tokens, temperature=0.0)
+        for row, a, b in zip(rows, got, fresh):
+            assert a.token_ids == b.token_ids
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
+            sequences[row] += list(a.token_ids) + [40 + row]
+    if policy is windowed_policy:
+        assert session.order == [0, 2] and session.mask.shape[1] >= session.window
+        session.release([0])  # past the window every later call refeeds: the cache is dropped, not reordered
+        assert session.cache is None and session.order == [2]
+
+
 def test_a_tokenizer_without_chatml_stops_at_its_own_end_tokens_only():
     """`<|im_end|>` is a stop token only where the vocabulary has it: a tokenizer with an unknown token maps any
     missing token to <unk>, which must not become a stop."""
