@@ -62,13 +62,15 @@ def policy_responder(policy: Policy, cfg: RolloutConfig, *, temperature: float |
 
     The first call fixes the episodes (by env identity) of one KV-cache session; later turns of the same
     episodes only feed their new tokens, and episodes missing from a call have ended (`run_episodes` drops
-    them), so their rows leave the cache. A call with other episodes starts a new session.
+    them), so their rows leave the cache. A call with other episodes starts a new session. The session's envs are
+    kept alive with it: an id names one object only while it lives, and a later batch's env may take the address
+    of an earlier batch's (one responder serves every pass of `evaluate_policy`).
     """
-    state: dict = {"session": None, "rows": {}}
+    state: dict = {"session": None, "rows": {}, "envs": []}
 
     def respond(prompts: list[list[int]], envs: list[TextEnv]) -> list[Sample]:
         if state["session"] is None or any(id(env) not in state["rows"] for env in envs):
-            state["rows"] = {id(env): row for row, env in enumerate(envs)}
+            state["rows"], state["envs"] = {id(env): row for row, env in enumerate(envs)}, list(envs)
             state["session"] = SamplingSession(policy.model, policy.token_texts, len(envs))
         rows = [state["rows"][id(env)] for env in envs]
         state["session"].release(sorted(set(state["rows"].values()) - set(rows)))

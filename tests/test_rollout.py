@@ -199,6 +199,32 @@ def test_policy_rollouts_are_deterministic_by_seed(tokenizer):
     assert set(stats) >= {"success_rate", "format_valid_rate", "return_mean", "response_tokens_mean"}
 
 
+def test_one_responder_serves_batch_after_batch(tokenizer):
+    """`evaluate_policy` plays its passes through one responder, which tells a new batch by its envs' ids. An id
+    names an object only while it lives: a new env can take a freed one's address, and the responder would then
+    feed a fresh episode to an old row ("does not extend"). It keeps its session's envs alive, so batch after
+    batch of one episode each (where CPython reuses addresses most) each get a new session."""
+    import gc
+    import weakref
+
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                             intermediate_size=64, max_positions=2048, seed=0)
+    policy = Policy(model.eval(), tokenizer)
+    cfg = RolloutConfig(max_new_tokens=8)
+    respond = policy_responder(policy, cfg, generator=torch.Generator().manual_seed(0))
+    seen = []
+
+    def watching(prompts, envs):
+        seen.extend(weakref.ref(env) for env in envs)
+        return respond(prompts, envs)
+
+    for k in range(60):
+        run_episodes([EpisodeSpec(("bandit", "sokoban", "frozen_lake")[k % 3], 100 + k, 0)], watching,
+                     policy.renderer(True), cfg, max_positions=2048)
+    gc.collect()
+    assert seen[-1]() is not None  # the last batch's env lives on with the responder's session
+
+
 @pytest.mark.parametrize("family", ["tiny", "qwen3_5", "mpt", "windowed"])
 def test_sampled_logprobs_equal_a_rescoring_of_the_whole_episode(tokenizer, family):
     """What rollout records as each sampled token's log-prob is what training scores on the episode's one
