@@ -27,7 +27,7 @@ from typing import Any, Sequence
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.common import read_seeds, write_json
+from flows.common import read_seeds, source_digest, tree_digest, write_json
 from flows.critic_fit import critic_fit
 from flows.evaluate import evaluate
 from flows.filter import filter_rollouts
@@ -42,29 +42,6 @@ from ragen.report import (echo_trap, gap_text, markdown_table, mean_series, plot
                           template_collapse, to_series)
 from ragen.tracking import MlflowTracker
 from ragen.trajectory_io import instance_success_rates
-
-
-SOURCE_ROOT = Path(__file__).resolve().parents[1]  # the checkout whose ragen/ and flows/ run
-
-
-def tree_digest(path: str | Path, pattern: str = "*") -> str:
-    """sha256 (hex) of the files under `path` that match `pattern`: each one's relative path and bytes, in sorted
-    order; of a single file, its bytes; "" when nothing is there."""
-    path = Path(path)
-    files = [path] if path.is_file() else sorted(p for p in path.rglob(pattern) if p.is_file()) if path.is_dir() else []
-    if not files:
-        return ""
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(str(file.relative_to(path) if file != path else file.name).encode() + b"\0")
-        digest.update(file.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-def source_digest() -> str:
-    """sha256 of the project's source code (every .py under ragen/ and flows/), so that a result recorded by one
-    version of the code is not read back as another's."""
-    return tree_digest(SOURCE_ROOT / "ragen", "*.py") + tree_digest(SOURCE_ROOT / "flows", "*.py")
 
 
 def base_episodes_file(cfg: Config, set_dir: Path, base_dir: str) -> Path:

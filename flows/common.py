@@ -1,7 +1,9 @@
-"""What every stage flow shares: command-line overrides and all-or-nothing writes."""
+"""What every stage flow shares: command-line overrides, all-or-nothing writes, and the digests of files and source
+code that tell whether something recorded (a finished ablation run, a checkpoint) was made from the same inputs."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sys
@@ -105,3 +107,26 @@ def read_ceilings(envs_dir: str | Path, tag: str, split: str) -> dict[int, float
     """seed -> the solver's success ceiling, from the envgen tables."""
     table = read_instances(envs_dir, tag, split, ["seed", "success_ceiling"])
     return dict(zip(table["seed"].to_list(), table["success_ceiling"].to_list()))
+
+
+SOURCE_ROOT = Path(__file__).resolve().parents[1]  # the checkout whose ragen/ and flows/ run
+
+
+def tree_digest(path: str | Path, pattern: str = "*") -> str:
+    """sha256 (hex) of the files under `path` that match `pattern`: each one's relative path and bytes, in sorted
+    order; of a single file, its bytes; "" when nothing is there."""
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(p for p in path.rglob(pattern) if p.is_file()) if path.is_dir() else []
+    if not files:
+        return ""
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(str(file.relative_to(path) if file != path else file.name).encode() + b"\0")
+        digest.update(file.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def source_digest() -> str:
+    """sha256 of the project's source code (every .py under ragen/ and flows/), so that a result recorded by one
+    version of the code is not read back as another's."""
+    return tree_digest(SOURCE_ROOT / "ragen", "*.py") + tree_digest(SOURCE_ROOT / "flows", "*.py")

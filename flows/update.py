@@ -3,7 +3,8 @@
 Step 1 updates on the filtered base rollouts (stage filter); every later step rolls out, filters and updates in
 process (ragen.train.train_step). Validation success at the eval temperature every `train.eval_every` steps and
 before training. Every step logs RAGEN's metric families to MLflow; a checkpoint every `train.checkpoint_every`
-steps lets a killed run resume and end exactly where an uninterrupted one would.
+steps lets a killed run resume and end exactly where an uninterrupted one would (the same params, input files and
+code only: `run_digest`).
 
 Writes models/policy/, models/critic/, metrics/train.json and metrics/train_steps.csv (for `dvc plots`).
 Run: `python -m flows.update [key=value ...]`.
@@ -19,7 +20,7 @@ from pathlib import Path
 import torch
 from prefect import flow
 
-from flows.common import read_seeds, read_train_pool, run_stage, write_json
+from flows.common import read_seeds, read_train_pool, run_stage, source_digest, tree_digest, write_json
 from ragen.checkpoint import load_checkpoint, read_checkpoint_meta, save_checkpoint
 from ragen.config import Config, config_digest, load_config
 from ragen.evaluation import evaluate_policy
@@ -55,6 +56,17 @@ def make_learner(cfg: Config, base_dir: str, critic_dir: str) -> Learner:
     return Learner(policy, critic, ref, actor_opt, critic_opt)
 
 
+def run_digest(cfg: Config, envs_dir: str, base_dir: str, critic_dir: str, rollouts: str,
+               base_rollouts: str | None) -> str:
+    """What a checkpoint must have been made from to be resumed: the config (tracking aside), the files the stage
+    reads (the train env's tables, the base policy, the warmed critic, the stage-filter batch and the batch it was
+    filtered from) and the source code. A run resumed on other inputs or code would end nowhere an uninterrupted
+    run ends: say the base was trained again, or the code pulled anew, after the kill."""
+    inputs = [tree_digest(path) for path in (Path(envs_dir) / cfg.train.env, base_dir, critic_dir, rollouts)]
+    inputs.append(tree_digest(base_rollouts) if base_rollouts is not None else "")
+    return config_digest(cfg, inputs, source_digest())[:16]
+
+
 def checkpoint_parts(learner: Learner) -> tuple[dict, dict]:
     models = {"policy": learner.policy.model} | ({"critic": learner.critic} if learner.critic is not None else {})
     optimizers = {"actor": learner.actor_opt} | ({"critic": learner.critic_opt} if learner.critic_opt else {})
@@ -78,7 +90,7 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
     first_batch, first_scores = read_trajectories(rollouts), read_scores(rollouts)
     first_rollout = read_trajectories(base_rollouts) if base_rollouts is not None else None
     learner = make_learner(cfg, base_dir, critic_dir)
-    digest, history, start_step = config_digest(cfg)[:16], [], 0
+    digest, history, start_step = run_digest(cfg, envs_dir, base_dir, critic_dir, rollouts, base_rollouts), [], 0
     ckpt = Path(checkpoint_dir)
     models, optimizers = checkpoint_parts(learner)
     saved = read_checkpoint_meta(ckpt)
@@ -86,9 +98,9 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
         meta = load_checkpoint(ckpt, models=models, optimizers=optimizers)
         start_step, history = meta["step"], meta["history"]
         print(f"update | resuming from the checkpoint after step {start_step}")
-    elif saved is not None:  # a run of other params was killed here; its checkpoint is replaced at the first save
-        print(f"update | {ckpt} holds a checkpoint of other params (config digest {saved.get('digest')}, not "
-              f"{digest}); starting from step 0")
+    elif saved is not None:  # another run was killed here; its checkpoint is replaced at the first save
+        print(f"update | {ckpt} holds a checkpoint of other params, inputs or code (run digest {saved.get('digest')}, "
+              f"not {digest}); starting from step 0")
     with MlflowTracker.for_stage(cfg, "update") as tracker:
         for row in history:  # a resumed run carries the earlier steps' metrics
             tracker.log_metrics({k: v for k, v in row.items() if k != "step"}, step=int(row["step"]))

@@ -1,7 +1,7 @@
 """What decides whether `ragen ablate` (and bench_learning's --reuse) may read a finished run back: the digests of
 the source code and of the base policy's files."""
 
-from flows.ablate import SOURCE_ROOT, source_digest, tree_digest
+from flows.common import SOURCE_ROOT, source_digest, tree_digest
 
 
 def test_tree_digest_follows_paths_and_bytes_of_the_matching_files(tmp_path):

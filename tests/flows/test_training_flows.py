@@ -114,7 +114,8 @@ def test_a_checkpoint_of_other_params_is_not_resumed_and_a_damaged_one_is_named(
     # other params: step 0 afresh, said aloud (one step saves nothing at checkpoint_every=2, so the old one stands)
     update_policy(params=params, overrides=[*SMALL, "train.lr=0.002"], policy_dir=str(project / "p"), stop_after=1)
     out = capsys.readouterr().out
-    assert "checkpoints/update holds a checkpoint of other params" in out and "starting from step 0" in out
+    assert "checkpoints/update holds a checkpoint of other params, inputs or code" in out
+    assert "starting from step 0" in out
     assert "resuming" not in out and json.loads((ckpt / "meta.json").read_text())["step"] == 2
     # the run's own params, over weights damaged since: the error names the checkpoint and the fix
     (ckpt / "policy.safetensors").write_bytes(b"\0" * 64)
@@ -124,8 +125,42 @@ def test_a_checkpoint_of_other_params_is_not_resumed_and_a_damaged_one_is_named(
 
 
 @pytest.mark.slow
+def test_a_checkpoint_of_other_inputs_or_code_is_not_resumed(prepared, capsys, monkeypatch):
+    """The same params over another base policy (trained again after the kill) or other source code: step 0
+    afresh; the same files under another path resume."""
+    import shutil
+
+    import flows.update
+    from safetensors.torch import load_file, save_file
+
+    project, params = prepared
+    ckpt = project / "checkpoints/update"
+    update_policy(params=params, overrides=SMALL, policy_dir=str(project / "p"), stop_after=3)  # killed
+    assert json.loads((ckpt / "meta.json").read_text())["step"] == 2
+    copy = project / "base_copy"
+    shutil.copytree(project / "models/base", copy)
+    capsys.readouterr()
+    # each call plays one step, which saves nothing at checkpoint_every=2: the killed run's checkpoint stands
+    update_policy(params=params, overrides=SMALL, base_dir=str(copy), policy_dir=str(project / "p"), stop_after=1)
+    assert "resuming from the checkpoint after step 2" in capsys.readouterr().out
+    weights = load_file(copy / "model.safetensors")
+    name = sorted(weights)[0]
+    weights[name] = weights[name] + 0.01
+    save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
+    update_policy(params=params, overrides=SMALL, base_dir=str(copy), policy_dir=str(project / "p"), stop_after=1)
+    out = capsys.readouterr().out
+    assert "holds a checkpoint of other params, inputs or code" in out and "resuming" not in out
+    monkeypatch.setattr(flows.update, "source_digest", lambda: "the code of a later commit")
+    update_policy(params=params, overrides=SMALL, policy_dir=str(project / "p"), stop_after=1)
+    out = capsys.readouterr().out
+    assert "holds a checkpoint of other params, inputs or code" in out and "resuming" not in out
+    assert json.loads((ckpt / "meta.json").read_text())["step"] == 2
+
+
+@pytest.mark.slow
 def test_a_checkpoint_without_a_newer_metric_still_resumes(prepared):
-    # a run killed under code that logged fewer metrics (no scoring rate before 11b0f89) resumes and finishes
+    # a history without a metric that later steps log (as a run under code before 11b0f89 had, which no longer
+    # resumes: its source differs) still finishes, each mean over the steps that logged it
     project, params = prepared
     update_policy(params=params, overrides=SMALL, policy_dir=str(project / "resumed"), stop_after=3)  # killed
     meta_path = project / "checkpoints/update/meta.json"
