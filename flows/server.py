@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -21,10 +22,13 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
+import psutil
+
 import flows  # noqa: F401  (PREFECT_HOME inside the project)
 
 STARTUP_TIMEOUT_S = 120
 WARM_TIMEOUT_S = 120
+KILL_AFTER_S = 20  # a process that a SIGTERM has not ended by then is killed
 
 
 def free_port() -> int:
@@ -41,14 +45,50 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def stop(server: subprocess.Popen, log: IO[bytes]) -> None:
-    """Terminate a helper server (kill it if it does not exit within 20 s) and close its log."""
-    server.terminate()
+def end_tree(pid: int) -> None:
+    """SIGTERM to a process and everything it started, then wait for them (killing what is left after
+    KILL_AFTER_S). The descendants are listed first: a process that ends leaves its children to init."""
     try:
-        server.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.kill()
+        root = psutil.Process(pid)
+        procs = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=KILL_AFTER_S)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+
+
+def stop(server: subprocess.Popen, log: IO[bytes]) -> None:
+    """End a helper server and whatever it started (a stage running in the warm server), then close its log."""
+    end_tree(server.pid)
+    server.wait()
     log.close()
+
+
+def run_command(argv: list[str], env: dict[str, str]) -> int:
+    """Run the command and return its exit code (128 + N when signal N ended it, as a shell reports it).
+
+    Ctrl-C reaches the whole process group by itself (DVC, the stage, the servers): here it only must not end the
+    wait before the command has ended. Whatever else ends the wait (`main`'s SIGTERM or SIGHUP) first ends the
+    command and every process it started (DVC, the stage command DVC runs, which passes it on to a stage in the warm
+    server), so that none of them goes on without the servers.
+    """
+    child = subprocess.Popen(argv, env=env)
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # after the start: the command keeps Ctrl-C
+        try:
+            code = child.wait()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    except BaseException:
+        end_tree(child.pid)
+        child.wait()
+        raise
+    return code if code >= 0 else 128 - code
 
 
 @contextlib.contextmanager
@@ -105,6 +145,24 @@ def warm_stage_server(env: dict[str, str]) -> Iterator[Callable[[], dict[str, st
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def ending_on_termination() -> Iterator[None]:
+    """Within the block, SIGTERM or SIGHUP (`kill`, a batch system's time limit, a closed terminal) raises
+    SystemExit(128 + N), so the block's cleanups run (the command ends, the servers stop) and the exit code is a
+    shell's; a second signal while they run is ignored. Without this the servers outlived a terminated run."""
+    def end(signum: int, _frame: object) -> None:
+        for other in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(other, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    previous = {signum: signal.signal(signum, end) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--"]:
         argv = argv[1:]
@@ -113,8 +171,8 @@ def main(argv: list[str]) -> int:
         return 2
     port = free_port()
     env = os.environ | {"PREFECT_API_URL": os.environ.get("PREFECT_API_URL") or f"http://127.0.0.1:{port}/api"}
-    with warm_stage_server(env) as warm_ready, local_prefect_server(port) as url:
-        return subprocess.run(argv, env=env | {"PREFECT_API_URL": url} | warm_ready()).returncode
+    with ending_on_termination(), warm_stage_server(env) as warm_ready, local_prefect_server(port) as url:
+        return run_command(argv, env | {"PREFECT_API_URL": url} | warm_ready())
 
 
 if __name__ == "__main__":

@@ -1,6 +1,14 @@
 """flows.server: one local Prefect server for a command (what `make run` wraps `dvc repro` in)."""
 
+import contextlib
+import os
+import signal
+import subprocess
 import sys
+import time
+
+import psutil
+import pytest
 
 from flows.server import main
 
@@ -21,3 +29,35 @@ def test_a_configured_server_is_used_as_it_is(monkeypatch):
     code = "import os; raise SystemExit(0 if os.environ['PREFECT_API_URL'] == 'http://127.0.0.1:9/api' else 1)"
     assert main([sys.executable, "-c", code]) == 0
     assert main([]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_terminated_run_ends_its_command_stage_and_servers(tmp_path, signum):
+    """`kill`, a batch system's time limit or a closed terminal: the command (here the stage client of dvc.yaml),
+    the stage running in the warm server and both servers end, and the exit code is a shell's 128 + N. Before,
+    the command and both servers ran on without the wrapper."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "sleeper.py").write_text(
+        "import os, pathlib, time\npathlib.Path('stage.pid').write_text(str(os.getpid()))\ntime.sleep(300)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "RAGEN_STAGE_SERVER")}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    wrapper = subprocess.Popen([sys.executable, "-m", "flows.server", "--", sys.executable, "-m", "flows.run",
+                                "pkg.sleeper"], cwd=tmp_path, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "stage.pid").exists():
+            assert wrapper.poll() is None and time.monotonic() < deadline, "the stage never started"
+            time.sleep(0.2)
+        time.sleep(0.2)  # the pid is written before the sleep starts
+        stage = psutil.Process(int((tmp_path / "stage.pid").read_text()))
+        started = [stage, *psutil.Process(wrapper.pid).children(recursive=True)]
+        assert len(started) >= 4  # the stage, its client, the warm stage server and the Prefect server
+        wrapper.send_signal(signum)
+        assert wrapper.wait(timeout=60) == 128 + signum
+        gone, alive = psutil.wait_procs(started, timeout=10)
+        assert not alive, alive
+    finally:  # whatever is left of the run's process group (all of it, on the code before)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(wrapper.pid, signal.SIGKILL)
