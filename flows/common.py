@@ -3,12 +3,14 @@ code that tell whether something recorded (a finished ablation run, a checkpoint
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ragen.fileio import staged_dir, write_text  # noqa: F401  (staged_dir re-exported for the flows)
 
@@ -31,7 +33,8 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
     either way the last line on stderr is "<stage>: <what is wrong and the fix>", exit code 2, instead of a Python
     traceback. A bug still fails with its whole traceback. Without Prefect's flow heartbeat thread:
     joining it costs ~1 s per flow run, and a DVC stage's process is supervised by DVC, not by Prefect's
-    crashed-run detection (served deployments keep their heartbeats).
+    crashed-run detection (served deployments keep their heartbeats). SIGTERM or SIGHUP ends the stage as Ctrl-C
+    does, through its cleanups (`ending_on_termination`), with exit code 143 or 129.
     """
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
@@ -47,13 +50,32 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
     flow_runs.addFilter(quiet)
     try:
         load_config("params.yaml", overrides)
-        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        with ending_on_termination(), temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
             return stage_flow(overrides=overrides)
     except input_errors as error:
         print(f"{stage_flow.name}: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     finally:
         flow_runs.removeFilter(quiet)
+
+
+@contextlib.contextmanager
+def ending_on_termination() -> Iterator[None]:
+    """Within the block, SIGTERM or SIGHUP (`kill`, a batch system's time limit, a closed terminal) raises
+    SystemExit(128 + N), so the block's cleanups run and the exit code is a shell's: `make run`'s wrapper ends its
+    command and servers (flows/server.py), a stage marks its MLflow run KILLED and Prefect its flow run crashed, and
+    a half-written output's staging folder is removed. A second signal while they run is ignored."""
+    def end(signum: int, _frame: object) -> None:
+        for other in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(other, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    previous = {signum: signal.signal(signum, end) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class QuietInputErrors(logging.Filter):

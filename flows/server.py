@@ -25,6 +25,7 @@ from typing import IO, Callable, Iterator
 import psutil
 
 import flows  # noqa: F401  (PREFECT_HOME inside the project)
+from flows.common import ending_on_termination
 
 STARTUP_TIMEOUT_S = 120
 WARM_TIMEOUT_S = 120
@@ -143,24 +144,6 @@ def warm_stage_server(env: dict[str, str]) -> Iterator[Callable[[], dict[str, st
     finally:
         stop(server, log)
         shutil.rmtree(folder, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def ending_on_termination() -> Iterator[None]:
-    """Within the block, SIGTERM or SIGHUP (`kill`, a batch system's time limit, a closed terminal) raises
-    SystemExit(128 + N), so the block's cleanups run (the command ends, the servers stop) and the exit code is a
-    shell's; a second signal while they run is ignored. Without this the servers outlived a terminated run."""
-    def end(signum: int, _frame: object) -> None:
-        for other in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(other, signal.SIG_IGN)
-        raise SystemExit(128 + signum)
-
-    previous = {signum: signal.signal(signum, end) for signum in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def main(argv: list[str]) -> int:

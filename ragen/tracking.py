@@ -186,8 +186,11 @@ class MlflowTracker:
         return run.info.run_id
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        """FINISHED; FAILED on an error (an Exception); KILLED when an interruption ended the stage: Ctrl-C, a
+        termination signal (SystemExit, Prefect's TerminationSignal), any BaseException that is not an error."""
         if self.client is not None and self.run_id is not None:
-            self.client.set_terminated(self.run_id, status="FAILED" if exc_type else "FINISHED")
+            status = ("FINISHED" if exc_type is None else "FAILED" if issubclass(exc_type, Exception) else "KILLED")
+            self.client.set_terminated(self.run_id, status=status)
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
         now = int(time.time() * 1000)

@@ -1,7 +1,11 @@
 """`python -m flows.<stage>` (dvc.yaml's commands): bad input ends in one line naming the problem, exit code 2."""
 
 import logging
+import os
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -77,3 +81,54 @@ def test_only_input_errors_lose_their_traceback():
     bug, damaged = record(KeyError("a bug")), record(StageFileError("x.parquet: damaged"))
     assert quiet.filter(bug) and quiet.filter(damaged)
     assert bug.exc_info[0] is KeyError and damaged.exc_info is None
+
+
+SLEEPER = """
+import pathlib, time
+from prefect import flow
+from flows.common import run_stage
+from ragen.config import load_config
+from ragen.fileio import staged_dir
+from ragen.tracking import MlflowTracker
+
+@flow(name="sleeper")
+def sleeper(overrides=None):
+    cfg = load_config("params.yaml", overrides or [])
+    with MlflowTracker.for_stage(cfg, "sleeper"), staged_dir("out") as staging:
+        (staging / "half").write_text("written")
+        pathlib.Path("inside").write_text("1")
+        time.sleep(300)
+
+if __name__ == "__main__":
+    run_stage(sleeper)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_terminated_stage_ends_through_its_cleanups(tmp_path, signum):
+    """`kill` or a closed terminal ends a stage as Ctrl-C does: exit code 128 + N, its MLflow run KILLED (before:
+    FAILED under SIGTERM, and RUNNING for good under SIGHUP, which killed the process on the spot), and no staging
+    folder of a half-written output left beside it."""
+    from mlflow.tracking import MlflowClient
+
+    (tmp_path / "params.yaml").write_text("envs:\n  val_seed: 123\n")
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PREFECT_API", "MLFLOW_TRACKING")) and k != "RAGEN_STAGE_SERVER"}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    stage = subprocess.Popen([sys.executable, "sleeper.py"], cwd=tmp_path, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "inside").exists():
+            assert stage.poll() is None and time.monotonic() < deadline, "the stage never started"
+            time.sleep(0.2)
+        stage.send_signal(signum)
+        assert stage.wait(timeout=60) == 128 + signum
+    finally:
+        if stage.poll() is None:
+            stage.kill()
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("ragen").experiment_id], "tags.`ragen.stage` = 'sleeper'")
+    assert [run.info.status for run in runs] == ["KILLED"]
