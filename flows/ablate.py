@@ -27,7 +27,7 @@ from typing import Any, Sequence
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.common import read_seeds, source_digest, tree_digest, write_json
+from flows.common import check_stop, read_seeds, source_digest, stopping_threads, tree_digest, write_json
 from flows.critic_fit import critic_fit
 from flows.evaluate import evaluate
 from flows.filter import filter_rollouts
@@ -84,17 +84,22 @@ def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.ya
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     common = dict(params=params, overrides=overrides)
+    check_stop()  # here and between the stages: an interrupted set (`stopping_threads`) ends its runs
     rollout(**common, envs_dir=envs_dir, base_dir=base_dir, out=str(out / "base.parquet"),
             metrics_path=str(out / "rollout.json"))
+    check_stop()
     filter_rollouts(**common, rollouts=str(out / "base.parquet"), out=str(out / "filtered.parquet"),
                     metrics_path=str(out / "filter.json"))
+    check_stop()
     critic_fit(**common, base_dir=base_dir, rollouts=str(out / "filtered.parquet"), out_dir=str(out / "critic_warm"),
                metrics_path=str(out / "critic_fit.json"))
+    check_stop()
     trained = update_policy(**common, envs_dir=envs_dir, base_dir=base_dir, critic_dir=str(out / "critic_warm"),
                             rollouts=str(out / "filtered.parquet"), base_rollouts=str(out / "base.parquet"),
                             policy_dir=str(out / "policy"), critic_out=str(out / "critic"),
                             metrics_path=str(out / "train.json"),
                             steps_csv=str(out / "train_steps.csv"), checkpoint_dir=str(out / "checkpoint"))
+    check_stop()
     shared = base_episodes_file(cfg, out.parent, base_dir)
     if force:
         shared.unlink(missing_ok=True)
@@ -234,9 +239,10 @@ def ablate(set_name: str, extra: list[str] | None = None, ablations: str = "abla
     stamp = time.strftime("%Y%m%d-%H%M%S")
     print(f"ablate | {set_name}: {len(ablation.runs)} runs on {spec.kind} "
           f"({spec.workers or 'auto'} workers{', ' + spec.address if spec.address else ''})")
-    with MlflowTracker(cfg.tracking, stage="ablation", params={"ablation.set": set_name, "ablation.runs": len(ablation.runs),
-                                                               "ablation.extra": " ".join(extra or [])},
-                       tags={"ragen.ablation_set": set_name, "ragen.ablation_stamp": stamp}) as tracker:
+    with stopping_threads(), MlflowTracker(
+            cfg.tracking, stage="ablation", params={"ablation.set": set_name, "ablation.runs": len(ablation.runs),
+                                                    "ablation.extra": " ".join(extra or [])},
+            tags={"ragen.ablation_set": set_name, "ragen.ablation_stamp": stamp}) as tracker:
         submit = run_variant.with_options(task_run_name=f"{set_name}/{{run.name}}")
         futures = [submit.submit(run, set_name, out_root, params, stamp) for run in ablation.runs]
         results = {run.name: future.result() for run, future in zip(ablation.runs, futures)}

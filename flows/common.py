@@ -9,6 +9,7 @@ import json
 import logging
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -71,6 +72,50 @@ def ending_on_termination() -> Iterator[None]:
         raise SystemExit(128 + signum)
 
     previous = {signum: signal.signal(signum, end) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+STOP = threading.Event()  # set when the process is asked to stop: work on other threads ends at its next step
+
+
+class Interrupted(BaseException):
+    """Raised on a worker thread (a threads runner's ablation variant) at its next step once `STOP` is set: an
+    interruption, not an error, so its cleanups run and its MLflow run reads KILLED."""
+
+
+def check_stop() -> None:
+    """Raise `Interrupted` once the process has been asked to stop (between the steps of long work)."""
+    if STOP.is_set():
+        raise Interrupted("the process was asked to stop")
+
+
+@contextlib.contextmanager
+def stopping_threads() -> Iterator[None]:
+    """Within the block, on the main thread of a flow whose tasks run on threads: Ctrl-C, SIGTERM or SIGHUP set
+    `STOP`, so the tasks end at their next step (`check_stop`) through their cleanups, and end the block
+    (KeyboardInterrupt, or SystemExit(128 + N)). Prefect's own SIGTERM handler is set aside meanwhile: it raised at
+    once, and then the flow waited for its threads to finish all their work (a whole ablation variant). A second
+    signal is ignored. Off the main thread the block changes nothing."""
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def stop(signum: int, _frame: object) -> None:
+        STOP.set()
+        for other in signals:
+            signal.signal(other, signal.SIG_IGN)
+        print("stopping: work running on other threads ends at its next step", file=sys.stderr, flush=True)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    STOP.clear()
+    previous = {signum: signal.signal(signum, stop) for signum in signals}
     try:
         yield
     finally:

@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 from prefect import flow
 
-from flows.common import read_seeds, read_train_pool, run_stage, source_digest, tree_digest, write_json
+from flows.common import (check_stop, read_seeds, read_train_pool, run_stage, source_digest, tree_digest,
+                          write_json)
 from ragen.checkpoint import load_checkpoint, read_checkpoint_meta, save_checkpoint
 from ragen.config import Config, config_digest, load_config
 from ragen.evaluation import evaluate_policy
@@ -106,6 +107,7 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
             tracker.log_metrics({k: v for k, v in row.items() if k != "step"}, step=int(row["step"]))
         begin = time.perf_counter()
         for step in range(start_step, cfg.train.steps):
+            check_stop()  # an interrupted ablation set ends its variants here (flows.common.stopping_threads)
             metrics = {}
             if step % cfg.train.eval_every == 0:
                 summary, _ = evaluate_policy(learner.policy, cfg.train.env, val_seeds, cfg.rollout,
