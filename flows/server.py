@@ -105,8 +105,10 @@ def local_prefect_server(port: int | None = None) -> Iterator[str]:
     log = open(home / "server.log", "ab")
     env = os.environ | {"PREFECT_SERVER_API_HOST": "127.0.0.1", "PREFECT_SERVER_API_PORT": str(port),
                         "PREFECT_UI_ENABLED": "false"}
+    # its own session: Ctrl-C at the terminal must not stop it while the stages still report their end to it
     server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                               "--port", str(port), "--no-services"], stdout=log, stderr=log, env=env)
+                               "--port", str(port), "--no-services"], stdout=log, stderr=log, env=env,
+                              start_new_session=True)
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not _healthy(url):

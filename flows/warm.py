@@ -107,6 +107,9 @@ def run_child(request: dict[str, Any], fds: list[int]) -> int:
             return done.code or 0
         print(done.code, file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: as python reports it (the traceback, then 128 + SIGINT)
+        traceback.print_exc()
+        return 130
     except BaseException:  # noqa: BLE001  (the stage's own failure: report it as python would)
         traceback.print_exc()
         return 1

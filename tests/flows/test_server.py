@@ -61,3 +61,30 @@ def test_a_terminated_run_ends_its_command_stage_and_servers(tmp_path, signum):
     finally:  # whatever is left of the run's process group (all of it, on the code before)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(wrapper.pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_the_prefect_server_up_until_the_command_has_ended(tmp_path):
+    """Ctrl-C reaches the terminal's whole process group; a stage still reports its end to the Prefect server
+    then. The server runs in its own session and stops only after the command: before, it stopped with the
+    Ctrl-C, and a stage under `make run` hung about a minute on the gone server before failing."""
+    command = ("import os, pathlib, time, urllib.request\n"
+               "pathlib.Path('started').write_text('1')\n"
+               "try:\n    time.sleep(300)\n"
+               "except KeyboardInterrupt:\n    time.sleep(2)  # a stage's cleanups\n"
+               "    url = os.environ['PREFECT_API_URL'] + '/health'\n"
+               "    raise SystemExit(7 if urllib.request.urlopen(url, timeout=5).read() == b'true' else 1)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "RAGEN_STAGE_SERVER")}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    wrapper = subprocess.Popen([sys.executable, "-m", "flows.server", "--", sys.executable, "-c", command],
+                               cwd=tmp_path, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "started").exists():
+            assert wrapper.poll() is None and time.monotonic() < deadline, "the command never started"
+            time.sleep(0.2)
+        os.killpg(wrapper.pid, signal.SIGINT)  # what Ctrl-C at the terminal sends
+        assert wrapper.wait(timeout=60) == 7
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(wrapper.pid, signal.SIGKILL)
