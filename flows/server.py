@@ -2,7 +2,8 @@
 
 Without a configured server every Prefect process (each DVC stage) starts its own temporary API server, ~7 s on
 2 cores. `python -m flows.server -- dvc repro` starts `prefect server start` once (state in .prefect/), runs the
-command with PREFECT_API_URL pointing at it, and stops it afterwards, so each stage pays ~1 s instead. An
+command with PREFECT_API_URL pointing at it, and stops it afterwards, so each stage pays ~1 s instead. SIGTERM or
+SIGHUP to this process ends the command's whole process tree first (`run_command`, `ending_on_termination`). An
 already configured PREFECT_API_URL is used as it is. Beside it runs a warm stage server (flows/warm.py), so the
 stages of dvc.yaml (`python -m flows.run STAGE`) skip their ~4 s of library imports. `make run` uses this.
 """
@@ -73,10 +74,11 @@ def stop(server: subprocess.Popen, log: IO[bytes]) -> None:
 def run_command(argv: list[str], env: dict[str, str]) -> int:
     """Run the command and return its exit code (128 + N when signal N ended it, as a shell reports it).
 
-    Ctrl-C reaches the whole process group by itself (DVC, the stage, the servers): here it only must not end the
-    wait before the command has ended. Whatever else ends the wait (`main`'s SIGTERM or SIGHUP) first ends the
-    command and every process it started (DVC, the stage command DVC runs, which passes it on to a stage in the warm
-    server), so that none of them goes on without the servers.
+    Ctrl-C reaches the terminal's process group by itself (DVC, the stage; the Prefect server has a session of
+    its own, so that it outlives the stage's last report): here it only must not end the wait before the command
+    ends. Whatever else ends the wait (`main`'s SIGTERM or SIGHUP) first ends the command and every process it
+    started (DVC, the stage command DVC runs, which passes it on to a stage in the warm server), so that none of
+    them goes on without the servers.
     """
     child = subprocess.Popen(argv, env=env)
     try:
