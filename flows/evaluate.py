@@ -19,7 +19,7 @@ from pathlib import Path
 
 from prefect import flow
 
-from flows.common import read_ceilings, read_seeds, run_stage, write_json
+from flows.common import check_stop, read_ceilings, read_seeds, run_stage, write_json
 from ragen.config import Config, load_config
 from ragen.evaluation import evaluate_policy, evaluation_summary, paired_gap
 from ragen.fileio import StageFileError
@@ -104,8 +104,12 @@ def play(policy_dir: str, plan: list[tuple[str, str, list[int]]], cfg: Config) -
     stream (seeded by train.seed), so two policies played here are paired episode by episode; the policy is freed
     before the next one loads."""
     policy = load_policy(policy_dir, **cfg.model.placement())
-    return [evaluate_policy(policy, tag, seeds, cfg.rollout, temperature=cfg.eval.temperature, seed=cfg.train.seed,
-                            samples=cfg.eval.samples) for tag, _, seeds in plan]
+    played = []
+    for tag, _, seeds in plan:
+        check_stop()  # an interrupted ablation set ends its variants between splits (flows.common.stopping_threads)
+        played.append(evaluate_policy(policy, tag, seeds, cfg.rollout, temperature=cfg.eval.temperature,
+                                      seed=cfg.train.seed, samples=cfg.eval.samples))
+    return played
 
 
 def replay(path: str, plan: list[tuple[str, str, list[int]]], cfg: Config) -> list[tuple[dict, list]]:

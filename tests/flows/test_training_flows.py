@@ -92,6 +92,23 @@ def test_training_stages_end_to_end(prepared):
 
 
 @pytest.mark.slow
+def test_evaluate_ends_between_splits_once_asked_to_stop(prepared):
+    """An interrupted ablation set (`flows.common.stopping_threads`) ends a variant's evaluation before its next
+    split, not after all of them; nothing is written."""
+    from flows.common import STOP, Interrupted
+
+    project, params = prepared
+    update_policy(params=params, overrides=SMALL)
+    STOP.set()
+    try:
+        with pytest.raises(Interrupted):
+            evaluate(params=params, overrides=SMALL)
+    finally:
+        STOP.clear()
+    assert not (project / "metrics/eval.json").exists()
+
+
+@pytest.mark.slow
 def test_resume_after_a_kill_ends_where_an_uninterrupted_run_ends(prepared):
     project, params = prepared
     update_policy(params=params, overrides=SMALL, policy_dir=str(project / "straight"))
