@@ -60,23 +60,40 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
         flow_runs.removeFilter(quiet)
 
 
-@contextlib.contextmanager
-def ending_on_termination() -> Iterator[None]:
-    """Within the block, SIGTERM or SIGHUP (`kill`, a batch system's time limit, a closed terminal) raises
-    SystemExit(128 + N), so the block's cleanups run and the exit code is a shell's: `make run`'s wrapper ends its
-    command and servers (flows/server.py), a stage marks its MLflow run KILLED and Prefect its flow run crashed, and
-    a half-written output's staging folder is removed. A second signal while they run is ignored."""
-    def end(signum: int, _frame: object) -> None:
-        for other in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(other, signal.SIG_IGN)
-        raise SystemExit(128 + signum)
+TERMINATION = (signal.SIGTERM, signal.SIGHUP)  # `kill`, a batch system's time limit, a closed terminal
 
-    previous = {signum: signal.signal(signum, end) for signum in (signal.SIGTERM, signal.SIGHUP)}
+
+@contextlib.contextmanager
+def handling_signals(signals: tuple[int, ...], handler: Any) -> Iterator[None]:
+    """Within the block, `handler` (a function or signal.SIG_IGN) for each of `signals`; their previous handlers
+    after it."""
+    previous = {signum: signal.signal(signum, handler) for signum in signals}
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def interruption(signum: int, signals: tuple[int, ...]) -> BaseException:
+    """What signal `signum` ends a block with, as a shell reports it: KeyboardInterrupt for SIGINT, SystemExit(128 +
+    N) otherwise. `signals` are ignored from here on, so that a second one does not cut the cleanups short."""
+    for other in signals:
+        signal.signal(other, signal.SIG_IGN)
+    return KeyboardInterrupt() if signum == signal.SIGINT else SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def ending_on_termination() -> Iterator[None]:
+    """Within the block, SIGTERM or SIGHUP raises SystemExit(128 + N), so the block's cleanups run and the exit code
+    is a shell's: `make run`'s wrapper ends its command and servers (flows/server.py), a stage marks its MLflow run
+    KILLED and Prefect its flow run crashed, and a half-written output's staging folder is removed. A second signal
+    while they run is ignored."""
+    def end(signum: int, _frame: object) -> None:
+        raise interruption(signum, TERMINATION)
+
+    with handling_signals(TERMINATION, end):
+        yield
 
 
 STOP = threading.Event()  # set when the process is asked to stop: work on other threads ends at its next step
@@ -97,30 +114,22 @@ def check_stop() -> None:
 def stopping_threads() -> Iterator[None]:
     """Within the block, on the main thread of a flow whose tasks run on threads: Ctrl-C, SIGTERM or SIGHUP set
     `STOP`, so the tasks end at their next step (`check_stop`) through their cleanups, and end the block
-    (KeyboardInterrupt, or SystemExit(128 + N)). Prefect's own SIGTERM handler is set aside meanwhile: it raised at
-    once, and then the flow waited for its threads to finish all their work (a whole ablation variant). A second
-    signal is ignored. Off the main thread the block changes nothing."""
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    (`interruption`). Prefect's own SIGTERM handler is set aside meanwhile: it raised at once, and then the flow
+    waited for its threads to finish all their work (a whole ablation variant). A second signal is ignored. Off the
+    main thread the block changes nothing."""
+    signals = (signal.SIGINT, *TERMINATION)
 
     def stop(signum: int, _frame: object) -> None:
         STOP.set()
-        for other in signals:
-            signal.signal(other, signal.SIG_IGN)
         print("stopping: work running on other threads ends at its next step", file=sys.stderr, flush=True)
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise SystemExit(128 + signum)
+        raise interruption(signum, signals)
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     STOP.clear()
-    previous = {signum: signal.signal(signum, stop) for signum in signals}
-    try:
+    with handling_signals(signals, stop):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 class QuietInputErrors(logging.Filter):

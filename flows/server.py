@@ -26,7 +26,7 @@ from typing import IO, Callable, Iterator
 import psutil
 
 import flows  # noqa: F401  (PREFECT_HOME inside the project)
-from flows.common import ending_on_termination
+from flows.common import ending_on_termination, handling_signals
 
 STARTUP_TIMEOUT_S = 120
 WARM_TIMEOUT_S = 120
@@ -82,11 +82,8 @@ def run_command(argv: list[str], env: dict[str, str]) -> int:
     """
     child = subprocess.Popen(argv, env=env)
     try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # after the start: the command keeps Ctrl-C
-        try:
+        with handling_signals((signal.SIGINT,), signal.SIG_IGN):  # after the start: the command keeps Ctrl-C
             code = child.wait()
-        finally:
-            signal.signal(signal.SIGINT, previous)
     except BaseException:
         end_tree(child.pid)
         child.wait()
