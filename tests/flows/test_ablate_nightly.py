@@ -1,10 +1,8 @@
 """`ragen ablate`, `ragen report` and `ragen nightly` on a small project: real flows, MLflow and Prefect (slow)."""
 
 import json
-import os
 import re
 import signal
-import subprocess
 import sys
 import time
 
@@ -16,6 +14,7 @@ from flows.cli import main
 from flows.ablate import rl_pipeline
 from flows.envgen import envgen
 from flows.evaluate import evaluate
+from processes import own_session, wait_until
 from ragen.fileio import StageFileError
 from ragen.trajectory_io import read_trajectories
 from smallproject import write_params
@@ -167,24 +166,15 @@ def test_an_interrupted_set_ends_its_running_variants_at_their_next_step(small):
     """SIGTERM to `ragen ablate` on the threads runner: the variants running end at their next step, their
     update runs read KILLED, and the process exits 143 within seconds. Before, Prefect marked the set's flow run
     crashed at once and then waited for the running variants to finish all their steps."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "MLFLOW_TRACKING"))}
-    env["PREFECT_HOME"] = str(small / "prefect_cli")
     log = small / "ablate.log"
-    with open(log, "w") as out:
-        ablate = subprocess.Popen([sys.executable, "-m", "flows.cli", "ablate", "tiny", "train.steps=2000"],
-                                  cwd=small, env=env, stdout=out, stderr=out, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 180
-        while "update | step 3/" not in log.read_text():  # a variant's online loop runs
-            assert ablate.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-            time.sleep(0.2)
+    argv = [sys.executable, "-m", "flows.cli", "ablate", "tiny", "train.steps=2000"]
+    with open(log, "w") as out, own_session(argv, small, small / "prefect_cli", stdout=out, stderr=out) as ablate:
+        # a variant's online loop runs
+        wait_until(lambda: "update | step 3/" in log.read_text(), ablate, 180, lambda: log.read_text()[-2000:])
         start = time.monotonic()
         ablate.send_signal(signal.SIGTERM)
         assert ablate.wait(timeout=120) == 143
         assert time.monotonic() - start < 30  # 2000 steps a variant take minutes
-    finally:
-        if ablate.poll() is None:
-            os.killpg(ablate.pid, signal.SIGKILL)
     assert not list((small / "ablations" / "tiny").glob("*/done.json"))
     client, experiment = client_for(small)
     updates = client.search_runs([experiment], "tags.`ragen.stage` = 'update'")

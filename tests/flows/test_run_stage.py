@@ -1,11 +1,8 @@
 """`python -m flows.<stage>` (dvc.yaml's commands): bad input ends in one line naming the problem, exit code 2."""
 
 import logging
-import os
 import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
@@ -14,6 +11,7 @@ from flows.common import QuietInputErrors, run_stage
 from flows.envgen import envgen
 from flows.evaluate import evaluate
 from flows.filter import filter_rollouts
+from processes import own_session, wait_until
 from ragen.fileio import StageFileError
 
 
@@ -114,20 +112,10 @@ def test_a_terminated_stage_ends_through_its_cleanups(tmp_path, signum):
 
     (tmp_path / "params.yaml").write_text("envs:\n  val_seed: 123\n")
     (tmp_path / "sleeper.py").write_text(SLEEPER)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PREFECT_API", "MLFLOW_TRACKING")) and k != "RAGEN_STAGE_SERVER"}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect")
-    stage = subprocess.Popen([sys.executable, "sleeper.py"], cwd=tmp_path, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "inside").exists():
-            assert stage.poll() is None and time.monotonic() < deadline, "the stage never started"
-            time.sleep(0.2)
+    with own_session([sys.executable, "sleeper.py"], tmp_path, tmp_path / "prefect") as stage:
+        wait_until((tmp_path / "inside").exists, stage, 120, lambda: "the stage never started")
         stage.send_signal(signum)
         assert stage.wait(timeout=60) == 128 + signum
-    finally:
-        if stage.poll() is None:
-            stage.kill()
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("ragen").experiment_id], "tags.`ragen.stage` = 'sleeper'")

@@ -1,9 +1,7 @@
 """flows.server: one local Prefect server for a command (what `make run` wraps `dvc repro` in)."""
 
-import contextlib
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -11,6 +9,7 @@ import psutil
 import pytest
 
 from flows.server import main
+from processes import own_session, wait_until
 
 
 def test_command_runs_against_a_started_server_and_keeps_its_exit_code(tmp_path, monkeypatch):
@@ -41,15 +40,9 @@ def test_a_terminated_run_ends_its_command_stage_and_servers(tmp_path, signum):
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "pkg" / "sleeper.py").write_text(
         "import os, pathlib, time\npathlib.Path('stage.pid').write_text(str(os.getpid()))\ntime.sleep(300)\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "RAGEN_STAGE_SERVER")}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect")
-    wrapper = subprocess.Popen([sys.executable, "-m", "flows.server", "--", sys.executable, "-m", "flows.run",
-                                "pkg.sleeper"], cwd=tmp_path, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "stage.pid").exists():
-            assert wrapper.poll() is None and time.monotonic() < deadline, "the stage never started"
-            time.sleep(0.2)
+    argv = [sys.executable, "-m", "flows.server", "--", sys.executable, "-m", "flows.run", "pkg.sleeper"]
+    with own_session(argv, tmp_path, tmp_path / "prefect") as wrapper:
+        wait_until((tmp_path / "stage.pid").exists, wrapper, 120, lambda: "the stage never started")
         time.sleep(0.2)  # the pid is written before the sleep starts
         stage = psutil.Process(int((tmp_path / "stage.pid").read_text()))
         started = [stage, *psutil.Process(wrapper.pid).children(recursive=True)]
@@ -58,9 +51,6 @@ def test_a_terminated_run_ends_its_command_stage_and_servers(tmp_path, signum):
         assert wrapper.wait(timeout=60) == 128 + signum
         gone, alive = psutil.wait_procs(started, timeout=10)
         assert not alive, alive
-    finally:  # whatever is left of the run's process group (all of it, on the code before)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(wrapper.pid, signal.SIGKILL)
 
 
 @pytest.mark.slow
@@ -74,17 +64,8 @@ def test_ctrl_c_leaves_the_prefect_server_up_until_the_command_has_ended(tmp_pat
                "except KeyboardInterrupt:\n    time.sleep(2)  # a stage's cleanups\n"
                "    url = os.environ['PREFECT_API_URL'] + '/health'\n"
                "    raise SystemExit(7 if urllib.request.urlopen(url, timeout=5).read() == b'true' else 1)\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "RAGEN_STAGE_SERVER")}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect")
-    wrapper = subprocess.Popen([sys.executable, "-m", "flows.server", "--", sys.executable, "-c", command],
-                               cwd=tmp_path, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "started").exists():
-            assert wrapper.poll() is None and time.monotonic() < deadline, "the command never started"
-            time.sleep(0.2)
+    argv = [sys.executable, "-m", "flows.server", "--", sys.executable, "-c", command]
+    with own_session(argv, tmp_path, tmp_path / "prefect") as wrapper:
+        wait_until((tmp_path / "started").exists, wrapper, 120, lambda: "the command never started")
         os.killpg(wrapper.pid, signal.SIGINT)  # what Ctrl-C at the terminal sends
         assert wrapper.wait(timeout=60) == 7
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(wrapper.pid, signal.SIGKILL)
