@@ -12,6 +12,7 @@ import argparse
 import sys
 
 import flows  # noqa: F401  (keeps Prefect's state inside the project)
+from flows.server import prefect_api
 from ragen import cli as library_cli
 from ragen.ablation import AblationError, expand_set, read_ablations, runner_spec
 from ragen.baselines import NightlySpecError
@@ -45,7 +46,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.ablation is None:
         from flows.report import report
 
-        report()
+        with prefect_api():
+            report()
         return 0
     from pathlib import Path
 
@@ -76,8 +78,9 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         return 0
     from flows.ablate import run_ablation
 
-    run_ablation(args.set, args.overrides, runner=args.runner, workers=args.workers, address=args.address,
-                 ablations=args.ablations)
+    with prefect_api():
+        run_ablation(args.set, args.overrides, runner=args.runner, workers=args.workers, address=args.address,
+                     ablations=args.ablations)
     return 0
 
 
@@ -88,7 +91,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         serve(args.spec, args.cron)
         return 0
     try:
-        nightly(spec=args.spec, extra=args.overrides)
+        with prefect_api():
+            nightly(spec=args.spec, extra=args.overrides)
     except RegressionError as error:
         print(f"ragen nightly: regression against the baselines in {args.spec}:\n{error}", file=sys.stderr)
         return 1
@@ -110,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     except (AblationError, ConfigError, NightlySpecError, FileNotFoundError, StageFileError) as error:
         print(f"ragen {args.command}: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        kept = "; a rerun skips the variants that finished" if args.command == "ablate" else ""
+        print(f"ragen {args.command}: interrupted{kept}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

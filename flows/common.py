@@ -34,11 +34,13 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
     either way the last line on stderr is "<stage>: <what is wrong and the fix>", exit code 2, instead of a Python
     traceback. A bug still fails with its whole traceback. Without Prefect's flow heartbeat thread:
     joining it costs ~1 s per flow run, and a DVC stage's process is supervised by DVC, not by Prefect's
-    crashed-run detection (served deployments keep their heartbeats). SIGTERM or SIGHUP ends the stage as Ctrl-C
-    does, through its cleanups (`ending_on_termination`), with exit code 143 or 129.
+    crashed-run detection (served deployments keep their heartbeats). Ctrl-C, SIGTERM or SIGHUP end the stage
+    through its cleanups (`ending_on_termination`), with exit code 130, 143 or 129. Run directly (not under
+    `make run`), the stage reports to a local Prefect server of its own (`flows.server.prefect_api`).
     """
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
+    from flows.server import prefect_api
     from ragen.checkpoint import CheckpointError
     from ragen.config import ConfigError, load_config
     from ragen.fileio import StageFileError
@@ -51,11 +53,15 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
     flow_runs.addFilter(quiet)
     try:
         load_config("params.yaml", overrides)
-        with ending_on_termination(), temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        with ending_on_termination(), prefect_api(), temporary_settings(
+                updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
             return stage_flow(overrides=overrides)
     except input_errors as error:
         print(f"{stage_flow.name}: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print(f"{stage_flow.name}: interrupted; nothing half-written is left, run it again", file=sys.stderr)
+        raise SystemExit(130) from None
     finally:
         flow_runs.removeFilter(quiet)
 

@@ -7,6 +7,8 @@ import signal
 import subprocess
 import time
 
+import psutil
+
 
 @contextlib.contextmanager
 def own_session(argv, cwd, prefect_home, **popen):
@@ -29,3 +31,14 @@ def wait_until(ready, process, timeout, what):
     while not ready():
         assert process.poll() is None and time.monotonic() < deadline, what()
         time.sleep(0.2)
+
+
+def left_running(prefect_home):
+    """The processes still running with Prefect's state in `prefect_home` (a server started for the command, in a
+    session of its own, is not in the command's)."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get("PREFECT_HOME") == str(prefect_home):
+                found.append(" ".join(proc.cmdline())[:200])
+    return found

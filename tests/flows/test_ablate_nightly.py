@@ -1,6 +1,7 @@
 """`ragen ablate`, `ragen report` and `ragen nightly` on a small project: real flows, MLflow and Prefect (slow)."""
 
 import json
+import os
 import re
 import signal
 import sys
@@ -14,7 +15,7 @@ from flows.cli import main
 from flows.ablate import rl_pipeline
 from flows.envgen import envgen
 from flows.evaluate import evaluate
-from processes import own_session, wait_until
+from processes import left_running, own_session, wait_until
 from ragen.fileio import StageFileError
 from ragen.trajectory_io import read_trajectories
 from smallproject import write_params
@@ -162,19 +163,27 @@ def write_spec(project, minimum):
 
 
 @pytest.mark.slow
-def test_an_interrupted_set_ends_its_running_variants_at_their_next_step(small):
-    """SIGTERM to `ragen ablate` on the threads runner: the variants running end at their next step, their
-    update runs read KILLED, and the process exits 143 within seconds. Before, Prefect marked the set's flow run
-    crashed at once and then waited for the running variants to finish all their steps."""
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_an_interrupted_set_ends_its_running_variants_at_their_next_step(small, signum):
+    """Ctrl-C (to the terminal's process group) or SIGTERM to `ragen ablate` on the threads runner: the variants
+    running end at their next step, their update runs read KILLED, and the process exits 130 or 143 within seconds,
+    leaving no Prefect server running. Before, under SIGTERM, Prefect marked the set's flow run crashed at once and
+    then waited for the running variants to finish all their steps; under Ctrl-C, Prefect's temporary server
+    stopped with the set, which then spent minutes failing to report to it."""
     log = small / "ablate.log"
     argv = [sys.executable, "-m", "flows.cli", "ablate", "tiny", "train.steps=2000"]
     with open(log, "w") as out, own_session(argv, small, small / "prefect_cli", stdout=out, stderr=out) as ablate:
         # a variant's online loop runs
         wait_until(lambda: "update | step 3/" in log.read_text(), ablate, 180, lambda: log.read_text()[-2000:])
         start = time.monotonic()
-        ablate.send_signal(signal.SIGTERM)
-        assert ablate.wait(timeout=120) == 143
+        if signum == signal.SIGINT:
+            os.killpg(ablate.pid, signum)  # as the terminal sends it
+        else:
+            ablate.send_signal(signum)
+        assert ablate.wait(timeout=120) == 128 + signum, log.read_text()[-3000:]
         assert time.monotonic() - start < 30  # 2000 steps a variant take minutes
+    assert not left_running(small / "prefect_cli")
+    assert "connection attempts failed" not in log.read_text()
     assert not list((small / "ablations" / "tiny").glob("*/done.json"))
     client, experiment = client_for(small)
     updates = client.search_runs([experiment], "tags.`ragen.stage` = 'update'")

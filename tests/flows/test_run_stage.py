@@ -1,7 +1,9 @@
 """`python -m flows.<stage>` (dvc.yaml's commands): bad input ends in one line naming the problem, exit code 2."""
 
 import logging
+import os
 import signal
+import subprocess
 import sys
 
 import pytest
@@ -11,7 +13,7 @@ from flows.common import QuietInputErrors, run_stage
 from flows.envgen import envgen
 from flows.evaluate import evaluate
 from flows.filter import filter_rollouts
-from processes import own_session, wait_until
+from processes import left_running, own_session, wait_until
 from ragen.fileio import StageFileError
 
 
@@ -103,19 +105,31 @@ if __name__ == "__main__":
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_a_terminated_stage_ends_through_its_cleanups(tmp_path, signum):
-    """`kill` or a closed terminal ends a stage as Ctrl-C does: exit code 128 + N, its MLflow run KILLED (before:
-    FAILED under SIGTERM, and RUNNING for good under SIGHUP, which killed the process on the spot), and no staging
-    folder of a half-written output left beside it."""
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_stopped_stage_ends_through_its_cleanups(tmp_path, signum):
+    """Ctrl-C (to the terminal's process group), `kill` or a closed terminal end a stage run directly through its
+    cleanups: exit code 128 + N with one line that says so, its MLflow run KILLED, no staging folder of a
+    half-written output left beside it, and no Prefect server left running, with nothing failing to reach one.
+    Before: a traceback and exit code 1 under Ctrl-C, FAILED under SIGTERM, and RUNNING for good under SIGHUP,
+    which killed the process on the spot."""
     from mlflow.tracking import MlflowClient
 
     (tmp_path / "params.yaml").write_text("envs:\n  val_seed: 123\n")
     (tmp_path / "sleeper.py").write_text(SLEEPER)
-    with own_session([sys.executable, "sleeper.py"], tmp_path, tmp_path / "prefect") as stage:
+    argv = [sys.executable, "sleeper.py"]
+    with own_session(argv, tmp_path, tmp_path / "prefect", stderr=subprocess.PIPE, text=True) as stage:
         wait_until((tmp_path / "inside").exists, stage, 120, lambda: "the stage never started")
-        stage.send_signal(signum)
-        assert stage.wait(timeout=60) == 128 + signum
+        assert len(left_running(tmp_path / "prefect")) >= 2  # the stage and its Prefect server
+        if signum == signal.SIGINT:
+            os.killpg(stage.pid, signum)  # as the terminal sends it
+        else:
+            stage.send_signal(signum)
+        _, err = stage.communicate(timeout=60)
+        assert stage.returncode == 128 + signum, err[-3000:]
+    if signum == signal.SIGINT:
+        assert err.splitlines()[-1] == "sleeper: interrupted; nothing half-written is left, run it again"
+    assert "Traceback" not in err and "connection attempts failed" not in err, err[-3000:]
+    assert not left_running(tmp_path / "prefect")
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("ragen").experiment_id], "tags.`ragen.stage` = 'sleeper'")

@@ -4,11 +4,12 @@ import os
 import signal
 import sys
 import time
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
 
-from flows.server import main
+from flows.server import _healthy, main, prefect_api
 from processes import own_session, wait_until
 
 
@@ -69,3 +70,29 @@ def test_ctrl_c_leaves_the_prefect_server_up_until_the_command_has_ended(tmp_pat
         wait_until((tmp_path / "started").exists, wrapper, 120, lambda: "the command never started")
         os.killpg(wrapper.pid, signal.SIGINT)  # what Ctrl-C at the terminal sends
         assert wrapper.wait(timeout=60) == 7
+
+
+def test_a_flow_run_directly_reports_to_a_local_server_that_ends_with_the_block(tmp_path, monkeypatch):
+    """`prefect_api` (stages and `ragen` commands run directly): the configured API when there is one, else a
+    local server of its own session for the block, which gets the flow's runs and is gone after it."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    @flow(name="probe")
+    def probe():
+        return PREFECT_API_URL.value()
+
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
+    with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:9/api"}), prefect_api():
+        assert PREFECT_API_URL.value() == "http://127.0.0.1:9/api"
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        with prefect_api():
+            url = PREFECT_API_URL.value()
+            assert url and _healthy(url)
+            (server,) = [p for p in psutil.Process().children() if str(urlsplit(url).port) in p.cmdline()]
+            assert os.getsid(server.pid) == server.pid  # a session of its own: Ctrl-C at the terminal misses it
+            assert probe() == url
+            with get_client(sync_client=True) as client:  # a fresh PREFECT_HOME: only this run
+                assert [f.name for f in client.read_flows()] == ["probe"] and len(client.read_flow_runs()) == 1
+        assert not _healthy(url) and not server.is_running()
