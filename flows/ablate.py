@@ -27,12 +27,14 @@ from typing import Any, Sequence
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.common import check_stop, read_seeds, source_digest, stopping_threads, tree_digest, write_json
+from flows.common import (check_stop, exclusively, read_seeds, source_digest, stopping_threads, tree_digest,
+                          write_json)
 from flows.critic_fit import critic_fit
 from flows.evaluate import evaluate
 from flows.filter import filter_rollouts
 from flows.report import report
 from flows.rollout import rollout
+from flows.server import prefect_api
 from flows.update import update_policy
 from ragen.ablation import AblationRun, AblationSet, RunnerSpec, expand_set, read_ablations, runner_spec
 from ragen.config import Config, config_digest, load_config, to_dict
@@ -257,10 +259,16 @@ def ablate(set_name: str, extra: list[str] | None = None, ablations: str = "abla
 
 def run_ablation(set_name: str, extra: Sequence[str] = (), *, runner: str | None = None, workers: int | None = None,
                  address: str | None = None, ablations: str = "ablations.yaml") -> dict[str, dict]:
-    """The flow on the task runner the file (or the arguments) name."""
-    spec = runner_spec(read_ablations(ablations), kind=runner, workers=workers, address=address)
-    return ablate.with_options(task_runner=task_runner(spec))(
-        set_name, list(extra), ablations=ablations, runner=runner, workers=workers, address=address)
+    """The flow on the task runner the file (or the arguments) name, holding the set's folder: a second run of the
+    set meanwhile (another terminal, other overrides) fails at once instead of writing into the same run folders
+    (one run's evaluation could read the other's policy, and its run record then name the wrong one). It reports
+    to the configured Prefect API, or else to a local server of its own (`prefect_api`)."""
+    data = read_ablations(ablations)
+    expand_set(data, set_name, extra=list(extra))  # a wrong set name or knob fails before the set's folder exists
+    spec = runner_spec(data, kind=runner, workers=workers, address=address)
+    with exclusively(Path("ablations") / set_name / ".lock", f"ablations/{set_name}/"), prefect_api():
+        return ablate.with_options(task_runner=task_runner(spec))(
+            set_name, list(extra), ablations=ablations, runner=runner, workers=workers, address=address)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import argparse
 import sys
 
 import flows  # noqa: F401  (keeps Prefect's state inside the project)
+from flows.common import InUse
 from flows.server import prefect_api
 from ragen import cli as library_cli
 from ragen.ablation import AblationError, expand_set, read_ablations, runner_spec
@@ -78,9 +79,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         return 0
     from flows.ablate import run_ablation
 
-    with prefect_api():
-        run_ablation(args.set, args.overrides, runner=args.runner, workers=args.workers, address=args.address,
-                     ablations=args.ablations)
+    run_ablation(args.set, args.overrides, runner=args.runner, workers=args.workers, address=args.address,
+                 ablations=args.ablations)
     return 0
 
 
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         return library_cli.main(argv)
     try:
         return commands[args.command](args)
-    except (AblationError, ConfigError, NightlySpecError, FileNotFoundError, StageFileError) as error:
+    except (AblationError, ConfigError, InUse, NightlySpecError, FileNotFoundError, StageFileError) as error:
         print(f"ragen {args.command}: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

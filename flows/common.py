@@ -4,9 +4,11 @@ code that tell whether something recorded (a finished ablation run, a checkpoint
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -136,6 +138,34 @@ def stopping_threads() -> Iterator[None]:
     STOP.clear()
     with handling_signals(signals, stop):
         yield
+
+
+class InUse(RuntimeError):
+    """Another process holds the lock on what this one would write (`exclusively`)."""
+
+
+@contextlib.contextmanager
+def exclusively(lock: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on the file `lock` (created if missing) within the block; while another process holds
+    it, raise `InUse` at once, naming `what` and the holder's process id. The kernel drops the lock when its
+    process ends, however it ends (flock), so a killed run leaves no stale lock behind."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise InUse(f"{what} is in use by another run (process {holder}); wait for it to end, or stop it "
+                        f"(`kill {holder}`)") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class QuietInputErrors(logging.Filter):

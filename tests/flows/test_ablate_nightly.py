@@ -4,6 +4,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 
@@ -13,6 +14,7 @@ from mlflow.tracking import MlflowClient
 from flows.base import base
 from flows.cli import main
 from flows.ablate import rl_pipeline
+from flows.common import exclusively
 from flows.envgen import envgen
 from flows.evaluate import evaluate
 from processes import left_running, own_session, wait_until
@@ -152,6 +154,35 @@ def test_unknown_knob_fails_before_anything_runs(small, capsys):
     assert main(["ablate", "tiny", "algo.clip_hi=0.3"]) == 2
     assert "unknown key 'algo.clip_hi'" in capsys.readouterr().err
     assert not (small / "ablations").exists()
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from flows.common import exclusively
+with exclusively(Path("ablations/tiny/.lock"), "ablations/tiny/"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_set_already_running_is_not_run_again_beside_it(prefect_harness, project, capsys):
+    """A second run of a set while one runs (another terminal, other overrides) fails at once, naming the first
+    run's process, and writes nothing; once that process is gone, killed or not, the set can run again."""
+    write_params(project, small=SMALL)
+    (project / "ablations.yaml").write_text(ABLATIONS)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD], cwd=project, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert main(["ablate", "tiny", "train.steps=3"]) == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    assert capsys.readouterr().err.strip() == (f"ragen ablate: ablations/tiny/ is in use by another run (process "
+                                               f"{holder.pid}); wait for it to end, or stop it (`kill {holder.pid}`)")
+    assert [p.name for p in (project / "ablations" / "tiny").iterdir()] == [".lock"]
+    with exclusively(project / "ablations" / "tiny" / ".lock", "ablations/tiny/"):  # the killed holder's is gone
+        assert (project / "ablations" / "tiny" / ".lock").read_text() == f"{os.getpid()}\n"
 
 
 def write_spec(project, minimum):
