@@ -28,7 +28,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.common import (check_stop, exclusively, read_seeds, source_digest, stopping_threads, tree_digest,
-                          write_json)
+                          watching, write_json)
 from flows.critic_fit import critic_fit
 from flows.evaluate import evaluate
 from flows.filter import filter_rollouts
@@ -116,11 +116,17 @@ def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.ya
     return summary
 
 
+def stop_file(out_root: str, set_name: str, stamp: str) -> Path:
+    """Created when the set's run `stamp` is stopped; its variants, on any runner, end at their next step."""
+    return Path(out_root) / set_name / ".stopped" / stamp
+
+
 @task(cache_policy=NO_CACHE)
 def run_variant(run: AblationRun, set_name: str, out_root: str, params: str, stamp: str) -> dict[str, Any]:
     tracking = [f"tracking.ablation_set={set_name}", f"tracking.variant={run.name}",
                 f"tracking.pipeline_run={set_name}-{stamp}-{run.name}"]
-    return rl_pipeline([*run.overrides, *tracking], Path(out_root) / set_name / run.name, params=params)
+    with watching(stop_file(out_root, set_name, stamp)):
+        return rl_pipeline([*run.overrides, *tracking], Path(out_root) / set_name / run.name, params=params)
 
 
 def task_runner(spec: RunnerSpec):
@@ -241,7 +247,7 @@ def ablate(set_name: str, extra: list[str] | None = None, ablations: str = "abla
     stamp = time.strftime("%Y%m%d-%H%M%S")
     print(f"ablate | {set_name}: {len(ablation.runs)} runs on {spec.kind} "
           f"({spec.workers or 'auto'} workers{', ' + spec.address if spec.address else ''})")
-    with stopping_threads(), MlflowTracker(
+    with stopping_threads(stop_file(out_root, set_name, stamp)), MlflowTracker(
             cfg.tracking, stage="ablation", params={"ablation.set": set_name, "ablation.runs": len(ablation.runs),
                                                     "ablation.extra": " ".join(extra or [])},
             tags={"ragen.ablation_set": set_name, "ragen.ablation_stamp": stamp}) as tracker:

@@ -4,6 +4,7 @@ code that tell whether something recorded (a finished ablation run, a checkpoint
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import hashlib
 import json
@@ -105,31 +106,53 @@ def ending_on_termination() -> Iterator[None]:
 
 
 STOP = threading.Event()  # set when the process is asked to stop: work on other threads ends at its next step
+STOP_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("ragen_stop_file", default=None)
 
 
 class Interrupted(BaseException):
-    """Raised on a worker thread (a threads runner's ablation variant) at its next step once `STOP` is set: an
-    interruption, not an error, so its cleanups run and its MLflow run reads KILLED."""
+    """Raised at the next step of work that was asked to stop (`check_stop`), on a worker thread or in a worker
+    process (an ablation variant): an interruption, not an error, so its cleanups run and its MLflow run reads
+    KILLED."""
 
 
 def check_stop() -> None:
-    """Raise `Interrupted` once the process has been asked to stop (between the steps of long work)."""
-    if STOP.is_set():
+    """Raise `Interrupted` once this process has been asked to stop (`STOP`), or once the stop file of the work
+    on this thread exists (`watching`): its driver, another process, was asked to stop. Called between the steps
+    of long work."""
+    stop_file = STOP_FILE.get()
+    if STOP.is_set() or (stop_file is not None and stop_file.exists()):
         raise Interrupted("the process was asked to stop")
 
 
 @contextlib.contextmanager
-def stopping_threads() -> Iterator[None]:
-    """Within the block, on the main thread of a flow whose tasks run on threads: Ctrl-C, SIGTERM or SIGHUP set
-    `STOP`, so the tasks end at their next step (`check_stop`) through their cleanups, and end the block
-    (`interruption`). Prefect's own SIGTERM handler is set aside meanwhile: it raised at once, and then the flow
-    waited for its threads to finish all their work (a whole ablation variant). A second signal is ignored. Off the
-    main thread the block changes nothing."""
+def watching(stop_file: Path) -> Iterator[None]:
+    """Within the block, `check_stop` on this thread also stops once `stop_file` exists: how work that runs in
+    another process than its driver (an ablation variant in a Dask or Ray worker, which shares the project's
+    folder) learns that the driver was stopped."""
+    token = STOP_FILE.set(stop_file)
+    try:
+        yield
+    finally:
+        STOP_FILE.reset(token)
+
+
+@contextlib.contextmanager
+def stopping_threads(stop_file: Path | None = None) -> Iterator[None]:
+    """Within the block, on the main thread of a flow whose tasks run on threads or in other processes: Ctrl-C,
+    SIGTERM or SIGHUP set `STOP` and create `stop_file` (if given), so the tasks end at their next step
+    (`check_stop`, `watching`) through their cleanups, and end the block (`interruption`). Prefect's own SIGTERM
+    handler is set aside meanwhile: it raised at once, and then the flow waited for its threads to finish all their
+    work (a whole ablation variant); a Dask cluster ran its tasks to their end after the flow had gone. A second
+    signal is ignored. Off the main thread the block changes nothing."""
     signals = (signal.SIGINT, *TERMINATION)
 
     def stop(signum: int, _frame: object) -> None:
         STOP.set()
-        print("stopping: work running on other threads ends at its next step", file=sys.stderr, flush=True)
+        if stop_file is not None:
+            stop_file.parent.mkdir(parents=True, exist_ok=True)
+            stop_file.touch()
+        print("stopping: work running on other threads or processes ends at its next step", file=sys.stderr,
+              flush=True)
         raise interruption(signum, signals)
 
     if threading.current_thread() is not threading.main_thread():

@@ -222,6 +222,37 @@ def test_an_interrupted_set_ends_its_running_variants_at_their_next_step(small, 
 
 
 @pytest.mark.slow
+def test_an_interrupted_set_ends_its_variants_on_a_dask_cluster_too(small):
+    """SIGTERM to `ragen ablate --runner dask`: the variants running in the cluster's worker processes end at their
+    next step as well (their update runs read KILLED), leaving the workers free. Before, the set's process ended
+    and its variants ran on in the workers to their last step: Dask cannot stop a running task, and `STOP` is a
+    flag of the set's own process."""
+    pytest.importorskip("prefect_dask")
+    from distributed import LocalCluster
+
+    log = small / "ablate.log"
+    client, experiment = client_for(small)
+
+    def updates():
+        return client.search_runs([experiment], "tags.`ragen.stage` = 'update'")
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        argv = [sys.executable, "-m", "flows.cli", "ablate", "tiny", "train.steps=2000", "--runner", "dask",
+                "--address", cluster.scheduler_address]
+        with open(log, "w") as out, own_session(argv, small, small / "prefect_cli", stdout=out, stderr=out) as ablate:
+            # both workers run a variant's online loop
+            wait_until(lambda: len(updates()) == 2 and all(run.data.metrics for run in updates()), ablate, 180,
+                       lambda: log.read_text()[-2000:])
+            ablate.send_signal(signal.SIGTERM)
+            assert ablate.wait(timeout=60) == 143, log.read_text()[-3000:]
+        deadline = time.monotonic() + 60  # 2000 steps a variant take many minutes
+        while {run.info.status for run in updates()} != {"KILLED"}:
+            assert time.monotonic() < deadline, [(run.info.status, run.data.metrics) for run in updates()]
+            time.sleep(1)
+    assert not list((small / "ablations" / "tiny").glob("*/done.json"))
+
+
+@pytest.mark.slow
 def test_nightly_passes_then_flags_a_regression(small, capsys):
     assert main(["nightly", "run", "--spec", write_spec(small, 0.0)]) == 0
     assert "no regression" in capsys.readouterr().out
