@@ -157,7 +157,7 @@ def test_unknown_knob_fails_before_anything_runs(small, capsys):
 
 
 HOLD = """
-import sys, time
+import time
 from pathlib import Path
 from flows.common import exclusively
 with exclusively(Path("ablations/tiny/.lock"), "ablations/tiny/"):
@@ -224,7 +224,7 @@ def test_an_interrupted_set_ends_its_running_variants_at_their_next_step(small, 
 @pytest.mark.slow
 def test_an_interrupted_set_ends_its_variants_on_a_dask_cluster_too(small):
     """SIGTERM to `ragen ablate --runner dask`: the variants running in the cluster's worker processes end at their
-    next step as well (their update runs read KILLED), leaving the workers free. Before, the set's process ended
+    next step as well (their update runs read KILLED within a minute). Before, the set's process ended
     and its variants ran on in the workers to their last step: Dask cannot stop a running task, and `STOP` is a
     flag of the set's own process."""
     pytest.importorskip("prefect_dask")

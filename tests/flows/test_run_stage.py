@@ -108,8 +108,8 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_a_stopped_stage_ends_through_its_cleanups(tmp_path, signum):
     """Ctrl-C (to the terminal's process group), `kill` or a closed terminal end a stage run directly through its
-    cleanups: exit code 128 + N with one line that says so, its MLflow run KILLED, no staging folder of a
-    half-written output left beside it, and no Prefect server left running, with nothing failing to reach one.
+    cleanups: exit code 128 + N (after Ctrl-C with one line that says so), its MLflow run KILLED, no staging folder
+    of a half-written output left beside it, and no Prefect server left running, with nothing failing to reach one.
     Before: a traceback and exit code 1 under Ctrl-C, FAILED under SIGTERM, and RUNNING for good under SIGHUP,
     which killed the process on the spot."""
     from mlflow.tracking import MlflowClient
