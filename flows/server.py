@@ -1,7 +1,8 @@
-"""Run a command against one local Prefect server instead of an ephemeral server per stage process.
+"""Run a command against one local Prefect server instead of a server per stage process.
 
-Without a configured server every Prefect process (each DVC stage) starts its own temporary API server, ~7 s on
-2 cores. `python -m flows.server -- dvc repro` starts `prefect server start` once (state in .prefect/), runs the
+Without a configured server, a stage or `ragen` command run directly starts a local Prefect server of its own
+(`prefect_api`, ~3 s on 2 cores; Prefect's own temporary server, which it replaces, took ~5 s and stopped with the
+run's Ctrl-C). `python -m flows.server -- dvc repro` starts `prefect server start` once (state in .prefect/), runs the
 command with PREFECT_API_URL pointing at it, and stops it afterwards, so each stage pays ~1 s instead. SIGTERM or
 SIGHUP to this process ends the command's whole process tree first (`run_command`, `ending_on_termination`). An
 already configured PREFECT_API_URL is used as it is. Beside it runs a warm stage server (flows/warm.py), so the
