@@ -93,6 +93,10 @@ def run_command(argv: list[str], env: dict[str, str]) -> int:
     return code if code >= 0 else 128 - code
 
 
+class ServerStartError(RuntimeError):
+    """The local Prefect server did not answer its health check in time (its log says why)."""
+
+
 @contextlib.contextmanager
 def local_prefect_server(port: int | None = None) -> Iterator[str]:
     """Yield the API URL of a running Prefect server: the configured one, or one started here for the block."""
@@ -114,7 +118,7 @@ def local_prefect_server(port: int | None = None) -> Iterator[str]:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not _healthy(url):
             if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the local Prefect server did not start; see {log.name}")
+                raise ServerStartError(f"the local Prefect server did not start; see {log.name}")
             time.sleep(0.25)
         yield url
     finally:
@@ -128,7 +132,9 @@ def prefect_api() -> Iterator[None]:
     starts its own temporary server, a child in the terminal's process group: Ctrl-C stopped it together with the
     run, which then spent minutes failing to report its end (`ragen ablate`: over two and a half minutes). The
     local server has a session of its own, starts faster (~3 s against ~5 s), and stops after the block, once the
-    logs and events still queued for it are sent (as Prefect's test harness does before stopping its server)."""
+    logs and events still queued for it are sent (as Prefect's test harness does before stopping its server). If it
+    does not start (a port taken meanwhile, a locked database), the run goes on with Prefect's temporary server
+    and says so."""
     from prefect.events.worker import EventsWorker
     from prefect.logging.handlers import APILogWorker
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -136,7 +142,16 @@ def prefect_api() -> Iterator[None]:
     if PREFECT_API_URL.value():
         yield
         return
-    with local_prefect_server() as url, temporary_settings(updates={PREFECT_API_URL: url}):
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(local_prefect_server())
+        except ServerStartError as error:
+            print(f"{error}; this run uses Prefect's temporary server instead", file=sys.stderr)
+            url = None
+        if url is None:
+            yield
+            return
+        stack.enter_context(temporary_settings(updates={PREFECT_API_URL: url}))
         try:
             yield
         finally:

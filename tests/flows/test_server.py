@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import sys
 import time
 from urllib.parse import urlsplit
@@ -96,3 +97,21 @@ def test_a_flow_run_directly_reports_to_a_local_server_that_ends_with_the_block(
             with get_client(sync_client=True) as client:  # a fresh PREFECT_HOME: only this run
                 assert [f.name for f in client.read_flows()] == ["probe"] and len(client.read_flow_runs()) == 1
         assert not _healthy(url) and not server.is_running()
+
+
+def test_a_local_server_that_does_not_start_leaves_the_run_to_prefects_own(tmp_path, monkeypatch, capsys):
+    """A port taken between choosing and binding it (or a locked database): the run goes on, with a line that says
+    so, on Prefect's temporary server, instead of failing."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    import flows.server
+
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
+    with socket.socket() as taken, temporary_settings(restore_defaults={PREFECT_API_URL}):
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        monkeypatch.setattr(flows.server, "free_port", lambda: taken.getsockname()[1])
+        with prefect_api():
+            assert not PREFECT_API_URL.value()
+    err = capsys.readouterr().err
+    assert "the local Prefect server did not start; see" in err and "uses Prefect's temporary server instead" in err
