@@ -194,24 +194,20 @@ def write_spec(project, minimum):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
-def test_an_interrupted_set_ends_its_running_variants_at_their_next_step(small, signum):
-    """Ctrl-C (to the terminal's process group) or SIGTERM to `ragen ablate` on the threads runner: the variants
-    running end at their next step, their update runs read KILLED, and the process exits 130 or 143 within seconds,
-    leaving no Prefect server running. Before, under SIGTERM, Prefect marked the set's flow run crashed at once and
-    then waited for the running variants to finish all their steps; under Ctrl-C, Prefect's temporary server
-    stopped with the set, which then spent minutes failing to report to it."""
+def test_an_interrupted_set_ends_its_running_variants_at_their_next_step(small):
+    """Ctrl-C (to the terminal's process group) to `ragen ablate` on the threads runner: the variants running end at
+    their next step, their update runs read KILLED, and the process exits 130 within seconds, leaving no Prefect
+    server running. Before, Prefect's temporary server stopped with the set, which then spent minutes failing to
+    report to it. (SIGTERM, under which Prefect once waited for the variants to finish all their steps, ends the
+    set the same way: the Dask test below sends it.)"""
     log = small / "ablate.log"
     argv = [sys.executable, "-m", "flows.cli", "ablate", "tiny", "train.steps=2000"]
     with open(log, "w") as out, own_session(argv, small, small / "prefect_cli", stdout=out, stderr=out) as ablate:
         # a variant's online loop runs
         wait_until(lambda: "update | step 3/" in log.read_text(), ablate, 180, lambda: log.read_text()[-2000:])
         start = time.monotonic()
-        if signum == signal.SIGINT:
-            os.killpg(ablate.pid, signum)  # as the terminal sends it
-        else:
-            ablate.send_signal(signum)
-        assert ablate.wait(timeout=120) == 128 + signum, log.read_text()[-3000:]
+        os.killpg(ablate.pid, signal.SIGINT)  # as the terminal sends Ctrl-C
+        assert ablate.wait(timeout=120) == 130, log.read_text()[-3000:]
         assert time.monotonic() - start < 30  # 2000 steps a variant take minutes
     assert not left_running(small / "prefect_cli")
     assert "connection attempts failed" not in log.read_text()
@@ -243,8 +239,10 @@ def test_an_interrupted_set_ends_its_variants_on_a_dask_cluster_too(small):
             # both workers run a variant's online loop
             wait_until(lambda: len(updates()) == 2 and all(run.data.metrics for run in updates()), ablate, 180,
                        lambda: log.read_text()[-2000:])
+            start = time.monotonic()
             ablate.send_signal(signal.SIGTERM)
             assert ablate.wait(timeout=60) == 143, log.read_text()[-3000:]
+            assert time.monotonic() - start < 30
         deadline = time.monotonic() + 60  # 2000 steps a variant take many minutes
         while {run.info.status for run in updates()} != {"KILLED"}:
             assert time.monotonic() < deadline, [(run.info.status, run.data.metrics) for run in updates()]
