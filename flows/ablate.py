@@ -277,7 +277,9 @@ def run_ablation(set_name: str, extra: Sequence[str] = (), *, runner: str | None
             set_name, list(extra), ablations=ablations, runner=runner, workers=workers, address=address)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the same as `ragen ablate ...`: its options, its one-line errors and Ctrl-C
     import sys
 
-    run_ablation(sys.argv[1], sys.argv[2:])
+    from flows.cli import main
+
+    sys.exit(main(["ablate", *sys.argv[1:]]))

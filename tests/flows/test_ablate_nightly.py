@@ -156,6 +156,13 @@ def test_unknown_knob_fails_before_anything_runs(small, capsys):
     assert not (small / "ablations").exists()
 
 
+def test_the_module_entry_runs_as_ragen_ablate(project):
+    (project / "ablations.yaml").write_text(ABLATIONS)
+    done = subprocess.run([sys.executable, "-m", "flows.ablate", "tiniest"], cwd=project, capture_output=True,
+                          text=True)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1].startswith("ragen ablate: "), done.stderr
+
+
 HOLD = """
 import time
 from pathlib import Path
