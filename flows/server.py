@@ -147,16 +147,12 @@ def prefect_api() -> Iterator[None]:
             url = stack.enter_context(local_prefect_server())
         except ServerStartError as error:
             print(f"{error}; this run uses Prefect's temporary server instead", file=sys.stderr)
-            url = None
-        if url is None:
-            yield
-            return
-        stack.enter_context(temporary_settings(updates={PREFECT_API_URL: url}))
-        try:
-            yield
-        finally:
-            APILogWorker.drain_all(timeout=DRAIN_TIMEOUT_S)
-            EventsWorker.drain_all(timeout=DRAIN_TIMEOUT_S)
+        else:
+            stack.enter_context(temporary_settings(updates={PREFECT_API_URL: url}))
+            # run last in, first out: the logs, then the events, while the settings still point at the server
+            stack.callback(EventsWorker.drain_all, timeout=DRAIN_TIMEOUT_S)
+            stack.callback(APILogWorker.drain_all, timeout=DRAIN_TIMEOUT_S)
+        yield
 
 
 @contextlib.contextmanager
