@@ -3,7 +3,8 @@
 tiny: train the byte-level BPE tokenizer on env text, build the small Qwen2, warm-start it by supervised training
 (`base.mode` warm: random valid actions; sft: solver demonstrations), save it to models/base/.
 hf: check that `model.path` loads as a causal LM whose chat template (or `model.chat_template`) can play an
-episode, and record the path (and that template) in models/base/.
+episode, and record the path (and that template) in models/base/, with the size, mtime and sha256 of each file
+that loading reads: later stages refuse the checkpoint once those change (`ragen.policy.fingerprint`).
 Then measure the base policy on each env's val split at the rollout temperature: format-valid rate, success
 rate, and the success of random valid actions on the same instances (metrics/base.json and MLflow).
 
@@ -24,6 +25,7 @@ from flows.common import read_seeds, run_stage, write_json
 from ragen.config import Config, load_config
 from ragen.envs import make_env
 from ragen.policy import Policy
+from ragen.policy.fingerprint import digest, fingerprint
 from ragen.policy.model import (build_tiny_model, count_parameters, load_causal_lm, read_chat_template, save_meta,
                                 save_model)
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
@@ -132,6 +134,12 @@ def base(params: str = "params.yaml", overrides: list[str] | None = None, envs_d
             if template:  # later stages load the checkpoint with it: the file may change, this copy does not
                 meta["chat_template"] = template
             print(f"base | hf model {meta['path']}: {count_parameters(model) / 1e6:.1f} M parameters on {model.device}")
+            start = time.perf_counter()
+            meta["files"] = fingerprint(meta["path"])  # later stages refuse the checkpoint if these change
+            tracker.set_tags({"ragen.checkpoint_sha256": digest(meta["files"])})
+            size = sum(entry["bytes"] for entry in meta["files"].values())
+            print(f"base | recorded {len(meta['files'])} files of the checkpoint ({size / 1e6:.1f} MB hashed in "
+                  f"{time.perf_counter() - start:.1f} s)")
         start = time.perf_counter()
         results, samples = evaluate_base(cfg, policy, envs_path)
         tracker.log_metrics({f"base/{tag}/{k}": v for tag, r in results.items() for k, v in r.items()}

@@ -10,7 +10,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ragen.policy.chat import ChatRenderer
-from ragen.policy.model import load_causal_lm, read_meta
+from ragen.policy.fingerprint import changes
+from ragen.policy.model import ModelLoadError, load_causal_lm, read_meta
 from ragen.policy.sampling import Sample, TokenTexts, sample
 from ragen.policy.scoring import exact_context
 from ragen.prompting import forced_prefix
@@ -55,9 +56,19 @@ def generation_eos_ids(model: PreTrainedModel) -> list[int]:
 
 def load_policy(path: str | Path, *, device: str = "auto", dtype: str = "auto", attn: str = "auto") -> Policy:
     """A policy saved by a stage: the weights in `path`, or for `hf` the local checkpoint its meta points to, with
-    the chat template stage base recorded there (`model.chat_template`; a trained policy's tokenizer keeps it)."""
+    the chat template stage base recorded there (`model.chat_template`; a trained policy's tokenizer keeps it).
+
+    An hf checkpoint whose files changed since stage base recorded them (`ragen.policy.fingerprint`) is refused:
+    the stage would otherwise use other weights than the stages before it, with DVC none the wiser.
+    """
     meta = read_meta(path)
     if meta.get("source") == "hf":
+        if "files" in meta and Path(meta["path"]).is_dir() and (changed := changes(meta["path"], meta["files"])):
+            raise ModelLoadError(
+                f"{path}: the checkpoint {meta['path']} has changed since stage base recorded it "
+                f"({'; '.join(changed)}), so this stage would use other weights than the stages before it; restore "
+                "those files, or record them again with stage base and rerun every stage after it (`dvc repro -f -s "
+                "base`, then `make run`)")
         return Policy.from_dir(meta["path"], chat_template=meta.get("chat_template", ""), device=device, dtype=dtype,
                                attn=attn)
     return Policy.from_dir(path, device=device, dtype=dtype, attn=attn)

@@ -1,6 +1,8 @@
 """The base flow: tiny warm start and the hf path, end to end on a small configuration."""
 
+import hashlib
 import json
+import os
 
 import pytest
 import torch
@@ -10,6 +12,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from flows.base import base
 from flows.envgen import envgen
 from ragen.policy import load_policy
+from ragen.policy.fingerprint import digest
 from ragen.policy.model import ModelLoadError
 from ragen.policy.tokenizer import OPERATOR_TOKENS, env_corpus, train_tokenizer
 
@@ -71,18 +74,38 @@ def test_grid_tokens_cells_reaches_the_saved_tokenizer(with_envs):
     assert [tokenizer.decode([i]) for i in tokenizer.encode(grid, add_special_tokens=False)] == list(grid)
 
 
-def test_hf_base_records_the_local_path(with_envs, tmp_path):
+def test_hf_base_records_the_local_path_and_its_files(with_envs, tmp_path):
+    """The record names the checkpoint's files as base read them; overwritten in place afterwards (same shapes, so
+    the same size), a later stage's load refuses it, naming the file and the fix."""
     project = with_envs
     tokenizer = train_tokenizer(env_corpus(["bandit", "sokoban"], 4), 320)
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    Qwen2ForCausalLM(config).save_pretrained(tmp_path / "qwen", safe_serialization=True)
-    tokenizer.save_pretrained(tmp_path / "qwen")
-    base(params=str(project / "params.yaml"), overrides=SMALL + ["model.source=hf", f"model.path={tmp_path / 'qwen'}"])
+    ckpt = tmp_path / "qwen"
+    Qwen2ForCausalLM(config).save_pretrained(ckpt, safe_serialization=True)
+    tokenizer.save_pretrained(ckpt)
+    for file in ckpt.iterdir():  # as a checkpoint downloaded a while ago
+        os.utime(file, ns=(file.stat().st_atime_ns, file.stat().st_mtime_ns - 10**11))
+    base(params=str(project / "params.yaml"), overrides=SMALL + ["model.source=hf", f"model.path={ckpt}"])
     meta = json.loads((project / "models/base/ragen_meta.json").read_text())
-    assert meta == {"source": "hf", "path": str((tmp_path / "qwen").resolve())}
+    files = meta.pop("files")
+    assert meta == {"source": "hf", "path": str(ckpt.resolve())}
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(files)
+    weights = (ckpt / "model.safetensors").read_bytes()
+    assert files["model.safetensors"]["sha256"] == hashlib.sha256(weights).hexdigest()
+    assert files["model.safetensors"]["bytes"] == len(weights)
+    client, runs = runs_of(project, "base")
+    assert runs[0].data.tags["ragen.checkpoint_sha256"] == digest(files)
     assert load_policy(project / "models/base", device="cpu").model.config.hidden_size == 32
+
+    torch.manual_seed(1)
+    Qwen2ForCausalLM(config).save_pretrained(ckpt, safe_serialization=True)  # other weights over the same files
+    assert len((ckpt / "model.safetensors").read_bytes()) == len(weights)
+    with pytest.raises(ModelLoadError, match=rf"models/base: the checkpoint {ckpt.resolve()} has changed since stage "
+                                             r"base recorded it \(model.safetensors has other content\).*"
+                                             r"`dvc repro -f -s base`"):
+        load_policy(project / "models/base", device="cpu")
 
 
 def test_missing_hf_path_fails_before_writing(with_envs, tmp_path):

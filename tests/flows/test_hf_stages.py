@@ -26,7 +26,7 @@ from flows.filter import filter_rollouts
 from flows.rollout import rollout
 from flows.update import update_policy
 from ragen.policy import load_policy
-from ragen.policy.model import read_meta
+from ragen.policy.model import ModelLoadError, read_meta
 from ragen.policy.scoring import score_sequences
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.prompting import SYSTEM_PROMPT
@@ -81,8 +81,9 @@ def test_every_stage_runs_on_a_local_llama_checkpoint(prefect_harness, project, 
     envgen(params=params, overrides=small)
     base(params=params, overrides=small)
     (root / "llama3.jinja").unlink(missing_ok=True)  # later stages use the copy stage base recorded
-    assert read_meta(project / "models/base") == ({"source": "hf", "path": str(hf.resolve())}
-                                                  | ({"chat_template": LLAMA3_STYLE} if override else {}))
+    meta = read_meta(project / "models/base")
+    assert "model.safetensors" in meta.pop("files")
+    assert meta == {"source": "hf", "path": str(hf.resolve())} | ({"chat_template": LLAMA3_STYLE} if override else {})
     rollout(params=params, overrides=small)
     played = read_trajectories(project / "data/rollouts/base.parquet")
     assert len(played) == 16 and max(len(t.turns) for t in played) > 1
@@ -101,6 +102,11 @@ def test_every_stage_runs_on_a_local_llama_checkpoint(prefect_harness, project, 
     val = results["sokoban"]["val"]
     assert val["success_gap"] == pytest.approx(val["success_rate"] - val["base_success_rate"])
     assert json.loads((project / "metrics/eval.json").read_text()) == json.loads(json.dumps(results))
+    if not override:  # the checkpoint overwritten in place (a new revision): a stage that reruns refuses it
+        (hf / "model.safetensors").write_bytes((hf / "model.safetensors").read_bytes()[::-1])
+        with pytest.raises(ModelLoadError, match=r"models/base: the checkpoint .* has changed since stage base "
+                                                 r"recorded it \(model.safetensors has other content\)"):
+            evaluate(params=params, overrides=small)
 
 
 @pytest.mark.slow
