@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # pip prints one warning per package for the machine's local index folders that do not exist; hide only those.
 QUIET_PIP := { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test test-slow bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,13 @@ setup: $(STAMP)
 run: setup
 	PATH="$(BIN):$$PATH" python -m flows.server -- dvc repro
 
+# the default suite (minutes); the end-to-end tests marked slow (real pipelines, servers, clusters and signals;
+# about four times as long) run with `make test-slow`, and CI (.ci/run) runs both
 test: setup
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
 bench: setup
 	$(BIN)/python bench/bench_envs.py
