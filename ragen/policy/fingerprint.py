@@ -22,10 +22,9 @@ CHUNK = 1 << 24  # bytes read at a time when hashing
 
 
 def loaded_files(path: str | Path) -> list[Path]:
-    """The files under `path` that loading reads, sorted; hidden folders (a download tool's `.cache/`) left out."""
-    root = Path(path)
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in LOADED_SUFFIXES
-                  and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    """The files of `path` that loading reads, sorted. Only the folder's own: `from_pretrained` reads no subfolder,
+    and a trainer's output folder keeps its intermediate `checkpoint-N/` there (Llama repos their `original/`)."""
+    return sorted(p for p in Path(path).iterdir() if p.is_file() and p.suffix in LOADED_SUFFIXES)
 
 
 def sha256(file: Path) -> str:

@@ -11,14 +11,17 @@ from ragen.policy.fingerprint import changes, digest, fingerprint
 
 @pytest.fixture
 def ckpt(tmp_path):
-    """A checkpoint folder as a download leaves it, files dated a while back: what loading reads, and beside it a
-    README, a licence, remote code and a download tool's hidden metadata, which loading does not read."""
+    """A checkpoint folder as a download or a trainer leaves it, files dated a while back: what loading reads, and
+    beside it a README, a licence, remote code, a download tool's hidden metadata and an intermediate checkpoint in
+    a subfolder, which loading does not read."""
     root = tmp_path / "ckpt"
     (root / ".cache/huggingface").mkdir(parents=True)
+    (root / "checkpoint-500").mkdir()
     files = {"config.json": b'{"model_type": "qwen2"}', "model-00001-of-00002.safetensors": b"\x01" * 64,
              "model-00002-of-00002.safetensors": b"\x02" * 32, "tokenizer.json": b"{}", "merges.txt": b"a b\n",
              "chat_template.jinja": b"{{ messages }}", "README.md": b"# a model", "LICENSE": b"MIT",
-             "modeling_custom.py": b"pass", ".cache/huggingface/model.safetensors.metadata": b"etag"}
+             "modeling_custom.py": b"pass", ".cache/huggingface/model.safetensors.metadata": b"etag",
+             "checkpoint-500/model.safetensors": b"\x04" * 64}
     for name, data in files.items():
         (root / name).write_bytes(data)
         os.utime(root / name, ns=(10**18, 10**18))
@@ -36,7 +39,8 @@ def test_fingerprint_records_what_loading_reads(ckpt):
 def test_an_unchanged_checkpoint_has_no_changes_even_when_copied(ckpt, tmp_path):
     record = fingerprint(ckpt)
     assert changes(ckpt, record) == []
-    for name in ("README.md", "LICENSE", "modeling_custom.py", ".cache/huggingface/model.safetensors.metadata"):
+    for name in ("README.md", "LICENSE", "modeling_custom.py", ".cache/huggingface/model.safetensors.metadata",
+                 "checkpoint-500/model.safetensors"):
         (ckpt / name).write_bytes(b"edited")  # not read by loading: not a change
     os.utime(ckpt / "config.json")  # touched: a new mtime, the same content
     assert changes(ckpt, record) == []
