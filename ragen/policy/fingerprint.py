@@ -36,13 +36,11 @@ def sha256(file: Path) -> str:
 
 
 def fingerprint(path: str | Path) -> dict[str, dict[str, Any]]:
-    """{relative name: {"bytes", "mtime_ns", "sha256"}} for each file of `path` that loading reads."""
-    root = Path(path)
+    """{file name: {"bytes", "mtime_ns", "sha256"}} for each file of `path` that loading reads."""
     record = {}
-    for file in loaded_files(root):
+    for file in loaded_files(path):
         stat = file.stat()
-        record[file.relative_to(root).as_posix()] = {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-                                                     "sha256": sha256(file)}
+        record[file.name] = {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256(file)}
     return record
 
 
@@ -54,8 +52,7 @@ def digest(record: dict[str, dict[str, Any]]) -> str:
 
 def changes(path: str | Path, record: dict[str, dict[str, Any]]) -> list[str]:
     """How the files of `path` differ from `record` (a `fingerprint`), one phrase each; [] when they do not."""
-    root = Path(path)
-    now = {file.relative_to(root).as_posix(): file for file in loaded_files(root)}
+    now = {file.name: file for file in loaded_files(path)}
     found = [f"{name} is gone" for name in sorted(set(record) - set(now))]
     found += [f"{name} is new" for name in sorted(set(now) - set(record))]
     for name in sorted(set(record) & set(now)):
