@@ -43,6 +43,12 @@ class TokenTexts:
         self.stop_ids = {i for i in candidates if isinstance(i, int) and 0 <= i < len(self.texts)}
         self.pad_id = tokenizer.pad_token_id
 
+    def text(self, token: int) -> str:
+        """The token's text; "" for an output row past the tokenizer's ids, as the tokenizer decodes it. Checkpoints
+        pad their output rows to a round number (Qwen2.5-0.5B-Instruct: 151,936 rows for 151,665 tokens), and a
+        sampler draws from every row."""
+        return self.texts[token] if token < len(self.texts) else ""
+
 
 def filter_logits(logits: torch.Tensor, *, top_k: int, top_p: float) -> torch.Tensor:
     """Keep the top_k largest logits (0 = all) and the smallest set whose probability reaches top_p; -inf elsewhere.
@@ -208,7 +214,7 @@ class SamplingSession:
                 if token in self.texts.stop_ids:
                     finish[b], running[b] = "eos", False
                     continue
-                tails[b] = (tails[b] + self.texts.texts[token])[-STOP_TAIL_CHARS:]
+                tails[b] = (tails[b] + self.texts.text(token))[-STOP_TAIL_CHARS:]
                 if any(stop in tails[b] for stop in stop_strings):
                     finish[b], running[b] = "stop", False
             if not running.any() or step + 1 == max_new_tokens:

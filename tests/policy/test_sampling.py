@@ -79,6 +79,19 @@ def test_stop_at_answer_close_end_of_turn_and_length(tokenizer):
     assert samples[2].finish == "length" and len(samples[2].token_ids) == 6
 
 
+def test_an_output_row_past_the_tokenizer_samples_as_empty_text(tokenizer):
+    """Checkpoints pad their output rows (Qwen2.5-0.5B-Instruct: 151,936 for 151,665 tokens) and a sampler draws
+    from every row: such an id is kept (its log-prob is the model's), reads as no text, as the tokenizer decodes
+    it, and a stop string around it still stops the turn."""
+    enc = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    padded = len(tokenizer) + 100
+    script = enc("go.</think><answer>Up</") + [padded] + enc("answer>") + enc(" more text")
+    model = ScriptedLM([script], len(tokenizer) + 256, prompt_len=2)
+    (sampled,) = sample(model, TokenTexts(tokenizer), [[5, 6]], max_new_tokens=40)
+    assert padded in sampled.token_ids and sampled.finish == "stop"
+    assert tokenizer.decode(sampled.token_ids) == "go.</think><answer>Up</answer>"
+
+
 def test_the_models_own_end_tokens_stop_it(tokenizer):
     """A Llama 3 style checkpoint: the tokenizer's eos is <|end_of_text|>, the model ends turns with <|eot_id|>,
     which its generation config lists; the Policy reads that list."""
