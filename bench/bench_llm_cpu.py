@@ -52,7 +52,8 @@ def build_policy(shape: str, cfg, tokenizer) -> Policy:
 
 
 def measure(shape: str, cfg, tokenizer) -> dict[str, float]:
-    """One train_step of `cfg` on a fresh random model of `shape`: its timing and perf metrics, parameters, rows."""
+    """One train_step of `cfg` on a fresh random model of `shape`: its metrics (timing/, perf/, filter/), with the
+    step's seconds (`step_s`) and the model's parameters in millions (`params_m`)."""
     policy = build_policy(shape, cfg, tokenizer)
     critic = build_critic(policy.model).train()
     learner = Learner(policy, critic, None, torch.optim.AdamW(policy.model.parameters(), lr=cfg.train.lr),
