@@ -110,12 +110,14 @@ OWN_KEYS = {
 }
 
 
-class Texts:
-    """TokenTexts for a 64-token vocabulary with no stop tokens: every row samples its full budget."""
+def fixed_texts():
+    """TokenTexts for a 64-token vocabulary with no stop tokens and no tokenizer: every row samples its full
+    budget (imported here: the sweep's parent process does not load torch)."""
+    from ragen.policy.sampling import TokenTexts
 
-    texts = [f"t{i} " for i in range(64)]
-    stop_ids: set[int] = set()
-    pad_id = 0
+    texts = object.__new__(TokenTexts)  # its methods, without a tokenizer to read
+    texts.texts, texts.stop_ids, texts.pad_id = [f"t{i} " for i in range(64)], set(), 0
+    return texts
 
 
 def check(model_type: str) -> str:
@@ -146,11 +148,11 @@ def check(model_type: str) -> str:
         if not takes_past_key_values(type(model)):
             return "load: refused (its state lives outside transformers' cache)"
         step = "session"
-        session, sequences = SamplingSession(model, Texts(), 3), [[5, 6, 7, 8, 9], [12, 13], [5, 6, 7, 8, 9]]
+        session, sequences = SamplingSession(model, fixed_texts(), 3), [[5, 6, 7, 8, 9], [12, 13], [5, 6, 7, 8, 9]]
         for turn, rows in enumerate(([0, 1, 2], [0, 1], [1, 2], [0, 1, 2])):
             got = session.sample(rows, [sequences[r] for r in rows], max_new_tokens=4, temperature=0.0)
             for row, a in zip(rows, got):
-                b = sample(model, Texts(), [sequences[row]], max_new_tokens=4, temperature=0.0)[0]
+                b = sample(model, fixed_texts(), [sequences[row]], max_new_tokens=4, temperature=0.0)[0]
                 gap = max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs))
                 if a.token_ids != b.token_ids or gap > 1e-4:
                     return f"session: turn {turn + 1} row {row} differs from a fresh pass (log-prob gap {gap:.1e})"
