@@ -95,7 +95,7 @@ def test_hf_base_records_the_local_path_and_its_files(with_envs, tmp_path):
     weights = (ckpt / "model.safetensors").read_bytes()
     assert files["model.safetensors"]["sha256"] == hashlib.sha256(weights).hexdigest()
     assert files["model.safetensors"]["bytes"] == len(weights)
-    client, runs = runs_of(project, "base")
+    _, runs = runs_of(project, "base")
     assert runs[0].data.tags["ragen.checkpoint_sha256"] == digest(files)
     assert load_policy(project / "models/base", device="cpu").model.config.hidden_size == 32
 
