@@ -36,11 +36,8 @@ BUDGET_S = 30 * 60
 
 
 def build_policy(shape: str, cfg, tokenizer) -> Policy:
-    m = cfg.model
     if shape == "tiny":
-        model = build_tiny_model(tokenizer, hidden_size=m.hidden_size, num_layers=m.num_layers, num_heads=m.num_heads,
-                                 num_kv_heads=m.num_kv_heads, intermediate_size=m.intermediate_size,
-                                 max_positions=m.max_positions, seed=0)
+        model = build_tiny_model(tokenizer, **cfg.model.tiny_shape(), seed=0)
     else:
         vocab = max(QWEN_VOCAB, len(tokenizer)) if shape == "qwen2.5-0.5b" else len(tokenizer)
         config = Qwen2Config(vocab_size=vocab, tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
@@ -88,7 +85,7 @@ def main() -> int:
     kept_groups = max(int(full.filter.keep_ratio * full.train.groups), 1)
     full_episodes, full_rows = full.train.groups * full.train.group_size, kept_groups * full.train.group_size
     tokenizer = train_tokenizer(env_corpus(list(full.envs.tags), full.base.tokenizer_episodes, seed=full.base.seed),
-                                full.model.vocab_size)
+                                full.model.vocab_size, grid_tokens=full.model.grid_tokens)
     print(f"# one StarPO-S step on {args.groups} x {args.group_size} Sokoban episodes, half the groups trained, "
           f"float32 on {torch.get_num_threads()} CPU threads (torch {torch.__version__}); scaled to "
           f"{full.train.groups} x {full.train.group_size} episodes with {full_rows} sequences trained")

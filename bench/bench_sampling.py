@@ -33,9 +33,7 @@ def load_or_build(path: str) -> tuple[Policy, str]:
         return load_policy(path, device="cpu"), f"{path} (trained)"
     cfg = load_config("params.yaml").model
     tokenizer = train_tokenizer(env_corpus(["sokoban"], 32), cfg.vocab_size)
-    model = build_tiny_model(tokenizer, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
-                             num_kv_heads=cfg.num_kv_heads, intermediate_size=cfg.intermediate_size,
-                             max_positions=cfg.max_positions, seed=0)
+    model = build_tiny_model(tokenizer, **cfg.tiny_shape(), seed=0)
     return Policy(model.eval(), tokenizer), "untrained tiny model (run `dvc repro base` for the trained one)"
 
 

@@ -44,9 +44,7 @@ def build_tiny(cfg: Config, envs_dir: Path, tracker: MlflowTracker) -> Policy:
     tokenizer = train_tokenizer(env_corpus(cfg.envs.tags, cfg.base.tokenizer_episodes, cfg.base.seed),
                                 cfg.model.vocab_size, grid_tokens=cfg.model.grid_tokens)
     m = cfg.model
-    model = build_tiny_model(tokenizer, hidden_size=m.hidden_size, num_layers=m.num_layers, num_heads=m.num_heads,
-                             num_kv_heads=m.num_kv_heads, intermediate_size=m.intermediate_size,
-                             max_positions=m.max_positions, seed=m.seed)
+    model = build_tiny_model(tokenizer, **m.tiny_shape(), seed=m.seed)
     policy = Policy(model, tokenizer)
     renderer = policy.renderer(cfg.rollout.enable_think)
     respond = scripted_responder(cfg.base.mode, tokenizer, renderer.prefix, seed=cfg.base.seed,

@@ -64,6 +64,12 @@ class ModelConfig:
     attn: str = "auto"  # auto | sdpa | eager
     seed: int = 0  # tiny: weight initialisation seed
 
+    def tiny_shape(self) -> dict[str, int]:
+        """The tiny model's size: the keyword arguments of `build_tiny_model` besides its tokenizer and seed."""
+        return {"hidden_size": self.hidden_size, "num_layers": self.num_layers, "num_heads": self.num_heads,
+                "num_kv_heads": self.num_kv_heads, "intermediate_size": self.intermediate_size,
+                "max_positions": self.max_positions}
+
     def placement(self) -> dict[str, str]:
         """Where and how models load: the keyword arguments of `load_policy` / `load_critic`."""
         return {"device": self.device, "dtype": self.dtype, "attn": self.attn}
