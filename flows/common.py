@@ -40,6 +40,10 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
     crashed-run detection (served deployments keep their heartbeats). Ctrl-C, SIGTERM or SIGHUP end the stage
     through its cleanups (`ending_on_termination`), with exit code 130, 143 or 129. Run directly (not under
     `make run`), the stage reports to a local Prefect server of its own (`flows.server.prefect_api`).
+
+    While it runs, the stage holds its lock (`stage_lock`): the same stage started beside it (another terminal, or
+    `dvc repro` beside a direct run) ends at once with exit code 2, naming this run's process, instead of writing
+    the same outputs and resuming from the same checkpoint at once. DVC's own lock covers only `dvc` commands.
     """
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
@@ -49,15 +53,15 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
     from ragen.fileio import StageFileError
     from ragen.policy.model import ModelLoadError
 
-    input_errors = (ConfigError, StageFileError, CheckpointError, ModelLoadError, FileNotFoundError)
+    input_errors = (ConfigError, StageFileError, CheckpointError, ModelLoadError, FileNotFoundError, InUse)
     overrides = cli_overrides()
     quiet = QuietInputErrors(input_errors)
     flow_runs = logging.getLogger("prefect.flow_runs")
     flow_runs.addFilter(quiet)
     try:
         load_config("params.yaml", overrides)
-        with ending_on_termination(), prefect_api(), temporary_settings(
-                updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        with exclusively(stage_lock(stage_flow.name), f"stage {stage_flow.name}"), ending_on_termination(), \
+                prefect_api(), temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
             return stage_flow(overrides=overrides)
     except input_errors as error:
         print(f"{stage_flow.name}: {error}", file=sys.stderr)
@@ -67,6 +71,11 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
         raise SystemExit(130) from None
     finally:
         flow_runs.removeFilter(quiet)
+
+
+def stage_lock(name: str) -> Path:
+    """The lock file a running stage holds (`run_stage`), in the project's git-ignored scratch folder."""
+    return Path(".tmp") / "locks" / f"{name}.lock"
 
 
 TERMINATION = (signal.SIGTERM, signal.SIGHUP)  # `kill`, a batch system's time limit, a closed terminal

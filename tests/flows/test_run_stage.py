@@ -69,6 +69,35 @@ def test_a_model_path_it_cannot_use_ends_with_the_path(prefect_harness, project,
     assert not (project / "models").exists()
 
 
+HOLD = """
+import time
+from flows.common import exclusively, stage_lock
+with exclusively(stage_lock("envgen"), "stage envgen"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_stage_already_running_is_not_run_again_beside_it(prefect_harness, project, monkeypatch, capsys):
+    """The same stage started while it runs (another terminal, `dvc repro` beside a direct run) ends at once with
+    the running one's process and writes nothing; once that process is gone, killed or not, the stage runs."""
+    (project / "params.yaml").write_text("envs:\n  tags: [bandit]\n  train_size: 4\n  val_size: 2\n  test_size: 2\n")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD], cwd=project, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert run(envgen, monkeypatch) == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    assert capsys.readouterr().err.strip() == (f"envgen: stage envgen is in use by another run (process {holder.pid}); "
+                                               f"wait for it to end, or stop it (`kill {holder.pid}`)")
+    assert not (project / "data").exists() and not (project / "mlruns").exists()
+    monkeypatch.setattr(sys, "argv", ["envgen"])
+    run_stage(envgen)  # the killed holder's lock went with its process
+    assert (project / "data" / "envs").is_dir()
+    assert (project / ".tmp" / "locks" / "envgen.lock").read_text() == f"{os.getpid()}\n"
+
+
 def test_only_input_errors_lose_their_traceback():
     quiet = QuietInputErrors((StageFileError,))
 
