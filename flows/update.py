@@ -25,6 +25,7 @@ from flows.common import (check_stop, read_seeds, read_train_pool, run_stage, so
 from ragen.checkpoint import load_checkpoint, read_checkpoint_meta, save_checkpoint
 from ragen.config import Config, config_digest, load_config
 from ragen.evaluation import evaluate_policy
+from ragen.fileio import staged_file
 from ragen.policy import load_policy
 from ragen.policy.model import load_critic, read_meta, save_meta, save_model
 from ragen.tracking import MlflowTracker
@@ -160,16 +161,13 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
 
 
 def write_steps_csv(path: str, history: list[dict], env: str) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(path).with_suffix(".tmp")
     last_val = ""
-    with open(tmp, "w", newline="") as handle:
+    with staged_file(path) as tmp, open(tmp, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(PLOT_KEYS)
         for row in history:
             last_val = row.get(f"val/{env}/success", last_val)
             writer.writerow([row["step"], last_val] + [row.get(k, "") for k in PLOT_KEYS[2:]])
-    tmp.replace(path)
 
 
 if __name__ == "__main__":
