@@ -22,7 +22,7 @@ from ragen.config import load_config
 from ragen.losses import explained_variance
 from ragen.policy import load_policy
 from ragen.policy.model import build_critic, save_meta, save_model
-from ragen.policy.scoring import shareable_prefix, token_values
+from ragen.policy.scoring import score_values, shareable_prefix
 from ragen.tracking import MlflowTracker
 from ragen.train import critic_batch, select, warm_critic
 from ragen.trajectory_io import read_scores, read_trajectories
@@ -49,9 +49,9 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
         for epoch, loss in enumerate(losses):
             tracker.log_metrics({"critic_fit/value_loss": loss}, step=epoch)
         mask = batch.loss_mask
-        with torch.no_grad():
-            values = token_values(critic, batch.input_ids, batch.attention_mask,
-                                  prefix_len=shareable_prefix(batch.input_ids, batch.attention_mask, mask))
+        values = score_values(critic, batch.input_ids, batch.attention_mask,
+                              micro_batch=cfg.train.micro_batch_size or batch.input_ids.shape[0],
+                              prefix_len=shareable_prefix(batch.input_ids, batch.attention_mask, mask))
         metrics = {"critic_fit/value_loss": losses[-1] if losses else  # warmup_epochs 0: the zero head's loss
                    0.5 * masked_mean((values - targets) ** 2, mask).item(),
                    "critic_fit/explained_var": explained_variance(values, targets, mask)}

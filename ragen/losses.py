@@ -22,6 +22,28 @@ def aggregate(per_token: torch.Tensor, loss_mask: torch.Tensor, mode: str) -> to
     return (per_seq * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
 
 
+def token_share(part_mask: torch.Tensor, whole_mask: torch.Tensor) -> float:
+    """The share of the whole batch's masked tokens that a micro-batch holds: n_tok(part) / n_tok(whole) (0 for an
+    empty whole). A masked mean over the part times its share, summed over the parts, is the whole's masked mean."""
+    return float(part_mask.sum()) / max(float(whole_mask.sum()), 1.0)
+
+
+def aggregation_share(part_mask: torch.Tensor, whole_mask: torch.Tensor, mode: str) -> float:
+    """The weight w of a micro-batch's `aggregate` in its mini-batch's, so that gradient accumulation is exact:
+
+        aggregate(x, M, mode) = sum_k w_k * aggregate(x[rows_k], M[rows_k], mode)
+        token-mean:           w_k = n_tok(M[rows_k]) / n_tok(M)
+        seq-mean-token-mean:  w_k = n_seq(M[rows_k]) / n_seq(M),  n_seq counting rows with a masked token
+    (`part_mask` (b, T) holds rows of `whole_mask` (B, T)). verl instead averages the micro-batches' own means
+    (w_k = b / B), which makes its token-mean depend on the micro-batch size; here the micro-batch size only
+    bounds memory."""
+    if mode == "token-mean":
+        return token_share(part_mask, whole_mask)
+    if mode == "seq-mean-token-mean":
+        return float((part_mask.sum(-1) > 0).sum()) / max(float((whole_mask.sum(-1) > 0).sum()), 1.0)
+    raise ValueError(f"unknown aggregation {mode!r}; use token-mean or seq-mean-token-mean")
+
+
 def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                   loss_mask: torch.Tensor, *, eps_low: float, eps_high: float, dual_clip: float | None = None,
                   aggregation: str = "token-mean") -> tuple[torch.Tensor, dict[str, float]]:

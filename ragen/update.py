@@ -7,8 +7,10 @@
 Mini-batches of `mini_batch_size` trajectories, one optimizer step each, `epochs` passes over the batch in the same
 order (RAGEN: 32 trajectories, ppo_epochs 1, no shuffle); the critic takes `critic_epochs` passes (verl's
 critic.ppo_epochs; 0: as many as the actor), in the same mini-batch loop, so its passes beyond the actor's run after
-them;
-gradients clipped to `grad_clip`; a non-finite gradient norm skips the optimizer step and is counted.
+them; each mini-batch runs in passes of `micro_batch_size` trajectories (0: one pass) whose losses, weighted by
+their share of what the mini-batch's loss averages over (`ragen.losses.aggregation_share`), accumulate into the
+gradient of one pass over the mini-batch (RAGEN's micro_batch_size_per_gpu, without verl's dependence of the loss on
+it); gradients clipped to `grad_clip`; a non-finite gradient norm skips the optimizer step and is counted.
 Old log-probs (and values) are re-scored before the first step (`score_batch`), as in RAGEN, but on the very token
 ids that were sampled (RAGEN re-tokenises text); `actor/sampler_logprob_gap` reports the largest difference from the
 sampler's own log-probs on sampled tokens, which stays at float error when rollout and training agree on tokens.
@@ -28,8 +30,9 @@ from transformers import PreTrainedModel
 from ragen.advantages import (compute_bilevel_gae, compute_gae, compute_grpo_advantages, compute_rft_advantages,
                               group_mean_values, masked_mean, whiten)
 from ragen.batching import RolloutBatch
-from ragen.losses import explained_variance, kl_penalty, ppo_clip_loss, value_loss
-from ragen.policy.scoring import shareable_prefix, token_logprobs, token_values
+from ragen.losses import (aggregation_share, explained_variance, kl_penalty, ppo_clip_loss, token_share,
+                          value_loss)
+from ragen.policy.scoring import score_sequences, score_values, shareable_prefix, token_logprobs, token_values
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class UpdateSettings:
     share_prefix: bool = True  # run the rows' common prompt prefix once (same values); False: every row whole
     old_logprobs: str = "rescore"  # rescore (a no-grad pass before the first step, RAGEN) | sampler (the rollout's own)
     grpo_by_std: bool = True  # grpo: divide by the group's return std (False: Dr. GRPO, centred returns only)
+    micro_batch_size: int = 0  # rows per forward and backward pass, gradients accumulated (0: the whole mini-batch)
 
 
 def _gae(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSettings) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,10 +97,14 @@ def _prefix_len(s: UpdateSettings, input_ids: torch.Tensor, attention_mask: torc
     return shareable_prefix(input_ids, attention_mask, loss_mask) if s.share_prefix else 0
 
 
-def _step(optimizer: torch.optim.Optimizer, params, loss: torch.Tensor, grad_clip: float) -> tuple[float, bool]:
-    """Backward, clip, step; returns (pre-clip grad norm, whether the step was taken)."""
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+def micro_batches(start: int, stop: int, micro_batch_size: int) -> list[slice]:
+    """Rows [start, stop) of a mini-batch in slices of `micro_batch_size` rows (0: one slice of them all)."""
+    size = micro_batch_size or stop - start
+    return [slice(row, min(row + size, stop)) for row in range(start, stop, size)]
+
+
+def _clip_and_step(optimizer: torch.optim.Optimizer, params, grad_clip: float) -> tuple[float, bool]:
+    """Clip the accumulated gradients and step; returns (pre-clip grad norm, whether the step was taken)."""
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
     if not torch.isfinite(torch.tensor(grad_norm)):
         optimizer.zero_grad(set_to_none=True)
@@ -131,12 +139,14 @@ def score_batch(policy: PreTrainedModel, critic: PreTrainedModel | None, batch: 
         raise ValueError(f"unknown old_logprobs {s.old_logprobs!r}; use rescore or sampler")
     rescore = s.old_logprobs == "rescore"
     prefix_len = _prefix_len(s, batch.input_ids, batch.attention_mask, mask)
+    micro = s.micro_batch_size or batch.input_ids.shape[0]  # rows per no-grad pass
     with torch.no_grad():
-        old_values = (token_values(critic, batch.input_ids, batch.attention_mask, prefix_len=prefix_len) * mask
-                      if critic is not None else None)
+        old_values = (score_values(critic, batch.input_ids, batch.attention_mask, micro_batch=micro,
+                                   prefix_len=prefix_len) * mask if critic is not None else None)
         old_logprobs, gap = batch.sampled_logprobs, None  # (B, T)
         if rescore:
-            old_logprobs, _ = token_logprobs(policy, batch.input_ids, batch.attention_mask, prefix_len=prefix_len)
+            old_logprobs, _ = score_sequences(policy, batch.input_ids, batch.attention_mask, micro_batch=micro,
+                                              with_entropy=False, prefix_len=prefix_len)
             sampled = batch.sampled_logprobs != 0
             gap = (old_logprobs - batch.sampled_logprobs)[sampled].abs().max().item() if sampled.any() else 0.0
     if s.kl_reward_coef and ref_logprobs is not None:
@@ -147,30 +157,46 @@ def score_batch(policy: PreTrainedModel, critic: PreTrainedModel | None, batch: 
 
 
 def fit_values(critic: PreTrainedModel, optimizer: torch.optim.Optimizer, batch: RolloutBatch, targets: torch.Tensor,
-               *, epochs: int, mini_batch_size: int, grad_clip: float) -> list[float]:
+               *, epochs: int, mini_batch_size: int, grad_clip: float, micro_batch_size: int = 0) -> list[float]:
     """Warm a critic up: regress V_t onto fixed Monte Carlo targets for `epochs` passes (stage critic_fit).
 
         L = 0.5 * sum_{b,t} m[b,t] (V(x_<t) - G[b,t])^2 / sum_{b,t} m[b,t]
-    per mini-batch of `mini_batch_size` rows, in order, with no value clip (there is no old critic to stay near).
+    per mini-batch of `mini_batch_size` rows, in order, with no value clip (there is no old critic to stay near);
+    its gradient accumulated over micro-batches of `micro_batch_size` rows (`token_share`; 0: one pass).
     `targets` (B, T) come from `ragen.advantages.value_targets`. Returns each pass's mean mini-batch loss.
     """
     mask = batch.loss_mask  # (B, T)
-    losses = []
+    size, losses = batch.input_ids.shape[0], []
     critic.eval()  # no dropout or router noise: the gradients of the values the critic gives (see `update`)
     for _ in range(epochs):
         passes = []
-        for start in range(0, batch.input_ids.shape[0], mini_batch_size):
-            rows = slice(start, start + mini_batch_size)
-            ids, att = batch.input_ids[rows], batch.attention_mask[rows]
-            values = token_values(critic, ids, att, prefix_len=shareable_prefix(ids, att, mask[rows]))  # (b, T)
-            loss = 0.5 * masked_mean((values - targets[rows]) ** 2, mask[rows])
+        for start in range(0, size, mini_batch_size):
+            stop = min(start + mini_batch_size, size)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss_sum = 0.0
+            for rows in micro_batches(start, stop, micro_batch_size):
+                ids, att = batch.input_ids[rows], batch.attention_mask[rows]
+                values = token_values(critic, ids, att, prefix_len=shareable_prefix(ids, att, mask[rows]))  # (b, T)
+                share = token_share(mask[rows], mask[start:stop])
+                loss = 0.5 * masked_mean((values - targets[rows]) ** 2, mask[rows]) * share
+                loss.backward()
+                loss_sum += loss.item()
             torch.nn.utils.clip_grad_norm_(critic.parameters(), grad_clip)
             optimizer.step()
-            passes.append(loss.item())
+            passes.append(loss_sum)
         losses.append(sum(passes) / len(passes))
     return losses
+
+
+AGGREGATED_STATS = ("pg_loss", "value_loss")  # the losses themselves, reduced by `aggregation`; every other stat
+#   of ppo_clip_loss and value_loss (and the entropy and KL terms) is a mean over masked tokens
+
+
+def _add_shares(total: dict[str, float], stats: dict[str, float], share: float, tokens: float) -> None:
+    """Add one micro-batch's `stats` into its mini-batch's `total`, each weighted by the micro-batch's share of
+    what that stat averages over (`aggregation_share` for the losses, `token_share` for token means)."""
+    for key, value in stats.items():
+        total[key] = total.get(key, 0.0) + value * (share if key in AGGREGATED_STATS else tokens)
 
 
 def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: torch.optim.Optimizer,
@@ -204,35 +230,52 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
     group_values = group_mean_values(returns, batch.group_ids, mask) if critic is not None else None  # (B, T)
     for epoch in range(max(s.epochs, critic_epochs if critic is not None else 0)):
         for start in range(0, size, s.mini_batch_size):  # each pass in the same order
-            rows = slice(start, start + s.mini_batch_size)
-            ids, att, m = batch.input_ids[rows], batch.attention_mask[rows], mask[rows]
-            mini_prefix = _prefix_len(s, ids, att, m)
+            stop = min(start + s.mini_batch_size, size)
+            m_mini = mask[start:stop]
+            micros = micro_batches(start, stop, s.micro_batch_size)  # one optimizer step, gradients accumulated
             if critic is not None and epoch < critic_epochs:
-                values = token_values(critic, ids, att, prefix_len=mini_prefix)
-                v_loss, v_stats = value_loss(values, old_values[rows], returns[rows], m, clip=s.value_clip,
-                                             aggregation=s.aggregation)
-                grad_norm, taken = _step(critic_opt, critic.parameters(), v_loss, s.grad_clip)
-                for k, v in v_stats.items():
+                critic_opt.zero_grad(set_to_none=True)
+                mini: dict[str, float] = {}
+                for rows in micros:
+                    ids, att, m = batch.input_ids[rows], batch.attention_mask[rows], mask[rows]
+                    values = token_values(critic, ids, att, prefix_len=_prefix_len(s, ids, att, m))
+                    v_loss, v_stats = value_loss(values, old_values[rows], returns[rows], m, clip=s.value_clip,
+                                                 aggregation=s.aggregation)
+                    share = aggregation_share(m, m_mini, s.aggregation)
+                    (v_loss * share).backward()
+                    _add_shares(mini, v_stats, share, token_share(m, m_mini))
+                grad_norm, taken = _clip_and_step(critic_opt, critic.parameters(), s.grad_clip)
+                for k, v in mini.items():
                     add(f"critic/{k}", v)
                 add("critic/grad_norm", grad_norm)
-                add("critic/explained_var", explained_variance(old_values[rows], returns[rows], m))
-                add("critic/explained_var_group_mean", explained_variance(group_values[rows], returns[rows], m))
+                add("critic/explained_var", explained_variance(old_values[start:stop], returns[start:stop], m_mini))
+                add("critic/explained_var_group_mean",
+                    explained_variance(group_values[start:stop], returns[start:stop], m_mini))
                 add("critic/skipped_steps", float(not taken))
             if epoch >= s.epochs:  # the critic's extra passes
                 continue
-            logprobs, entropy = token_logprobs(policy, ids, att, with_entropy=True, prefix_len=mini_prefix)
-            pg_loss, pg_stats = ppo_clip_loss(logprobs, old_logprobs[rows], advantages[rows], m, eps_low=s.eps_low,
-                                              eps_high=s.eps_high, dual_clip=s.dual_clip, aggregation=s.aggregation)
-            entropy_mean = masked_mean(entropy, m)
-            loss = pg_loss - s.entropy_coef * entropy_mean
-            if s.kl_loss is not None and ref_logprobs is not None:
-                kl = masked_mean(kl_penalty(logprobs, ref_logprobs[rows], s.kl_loss), m)
-                loss = loss + s.kl_coef * kl
-                add("actor/kl_loss", kl.item())
-            grad_norm, taken = _step(actor_opt, policy.parameters(), loss, s.grad_clip)
-            for k, v in pg_stats.items():
+            actor_opt.zero_grad(set_to_none=True)
+            mini = {}
+            for rows in micros:
+                ids, att, m = batch.input_ids[rows], batch.attention_mask[rows], mask[rows]
+                logprobs, entropy = token_logprobs(policy, ids, att, with_entropy=True,
+                                                   prefix_len=_prefix_len(s, ids, att, m))
+                pg_loss, pg_stats = ppo_clip_loss(logprobs, old_logprobs[rows], advantages[rows], m,
+                                                  eps_low=s.eps_low, eps_high=s.eps_high, dual_clip=s.dual_clip,
+                                                  aggregation=s.aggregation)
+                share, tokens = aggregation_share(m, m_mini, s.aggregation), token_share(m, m_mini)
+                entropy_mean = masked_mean(entropy, m)
+                loss = share * pg_loss - s.entropy_coef * tokens * entropy_mean
+                pg_stats["entropy"] = entropy_mean.item()
+                if s.kl_loss is not None and ref_logprobs is not None:
+                    kl = masked_mean(kl_penalty(logprobs, ref_logprobs[rows], s.kl_loss), m)
+                    loss = loss + s.kl_coef * tokens * kl
+                    pg_stats["kl_loss"] = kl.item()
+                loss.backward()
+                _add_shares(mini, pg_stats, share, tokens)
+            grad_norm, taken = _clip_and_step(actor_opt, policy.parameters(), s.grad_clip)
+            for k, v in mini.items():
                 add(f"actor/{k}", v)
-            add("actor/entropy", entropy_mean.item())
             add("actor/grad_norm", grad_norm)
             add("actor/skipped_steps", float(not taken))
     out = {k: sum(v) / len(v) for k, v in stats.items()}

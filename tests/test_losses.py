@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from ragen.losses import aggregate, explained_variance, kl_penalty, ppo_clip_loss, value_loss
+from ragen.losses import (aggregate, aggregation_share, explained_variance, kl_penalty, ppo_clip_loss, token_share,
+                          value_loss)
 
 
 def ratios_to_logprobs(ratios):
@@ -90,3 +91,29 @@ def test_explained_variance():
     mask = torch.ones(1, 3, dtype=torch.bool)
     assert explained_variance(returns, returns, mask) == pytest.approx(1.0)
     assert explained_variance(torch.full((1, 3), 2.0), returns, mask) == pytest.approx(0.0)
+
+
+def test_shares_of_a_micro_batch_by_hand():
+    """Rows with 2, 1, 0 and 3 masked tokens: 6 tokens in 3 sequences with any. The first two rows hold 3 of the 6
+    tokens and 2 of the 3 sequences; verl's weight would be 2 / 4 rows for both."""
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0], [1, 1, 1]], dtype=torch.bool)
+    assert token_share(mask[:2], mask) == 0.5
+    assert aggregation_share(mask[:2], mask, "token-mean") == 0.5
+    assert aggregation_share(mask[:2], mask, "seq-mean-token-mean") == pytest.approx(2 / 3)
+    assert aggregation_share(mask[2:3], mask, "seq-mean-token-mean") == 0.0
+    assert token_share(mask[2:3], mask[2:3]) == 0.0  # no token in the whole: no weight, not a division by zero
+    with pytest.raises(ValueError, match="unknown aggregation 'sum'"):
+        aggregation_share(mask, mask, "sum")
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_weighted_micro_batch_aggregates_sum_to_the_whole(mode):
+    """sum_k w_k aggregate(x_k) = aggregate(x) over uneven micro-batches (3 + 2 + 1 rows) with rows of no token."""
+    x = torch.arange(24, dtype=torch.float32).reshape(6, 4) ** 1.5
+    mask = torch.tensor([[1, 1, 1, 0], [0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 1, 1], [0, 1, 1, 0], [0, 0, 0, 1]]).bool()
+    parts = [slice(0, 3), slice(3, 5), slice(5, 6)]
+    summed = sum(aggregation_share(mask[p], mask, mode) * aggregate(x[p], mask[p], mode) for p in parts)
+    assert float(summed) == pytest.approx(float(aggregate(x, mask, mode)), rel=1e-6)
+    rows = sum(p.stop - p.start for p in parts)
+    verl = sum((p.stop - p.start) / rows * aggregate(x[p], mask[p], mode) for p in parts)  # mean of the parts' means
+    assert float(verl) != pytest.approx(float(aggregate(x, mask, mode)), rel=1e-3)

@@ -328,3 +328,62 @@ def test_fit_values_regresses_the_critic_onto_fixed_targets(setup):
     assert losses[0] == pytest.approx(float(0.5 * (targets ** 2 * m).sum() / m.sum()), rel=1e-5)
     assert len(losses) == 5 and losses[-1] < 0.7 * losses[0]
     assert not critic.training and int(next(iter(optimizer.state.values()))["step"]) == 5
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean"])
+def test_micro_batches_accumulate_to_the_mini_batch_update(setup, aggregation):
+    """Gradient accumulation over micro-batches (`micro_batch_size`: 1, and 3 + 1 rows of each mini-batch of 4) gives
+    the update of one pass over the mini-batch: the same weights of actor and critic and the same metrics after two
+    steps with the critic and a KL loss, to float rounding; only the memory of a pass changes."""
+    policy, trajectories = setup
+    batch = spread_batch(policy, trajectories)
+    ref = small_model(policy.tokenizer)
+    with torch.no_grad():
+        ref.model.embed_tokens.weight.mul_(1.1)  # a reference the policy differs from, so the KL term is not 0
+    ref_logprobs = token_logprobs(ref, batch.input_ids, batch.attention_mask)[0].detach()
+    runs = {}
+    for micro in (0, 1, 3):
+        model = small_model(policy.tokenizer)
+        critic = build_critic(model)
+        actor_opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
+        s = settings(aggregation=aggregation, micro_batch_size=micro, kl_loss="k3", kl_coef=0.1)
+        stats = [update(model, critic, actor_opt, critic_opt, batch, s, ref_logprobs=ref_logprobs) for _ in range(2)]
+        runs[micro] = stats, [p.detach() for p in (*model.parameters(), *critic.parameters())]
+    whole_stats, whole_weights = runs[0]
+    assert whole_stats[1]["actor/kl_loss"] > 1e-4
+    for micro in (1, 3):
+        stats, weights = runs[micro]
+        for one, whole in zip(stats, whole_stats):
+            assert one.keys() == whole.keys()
+            for key in whole:
+                assert one[key] == pytest.approx(whole[key], rel=1e-4, abs=2e-3 if "clipfrac" in key else 1e-5), key
+        assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(weights, whole_weights)), micro
+
+
+def test_fit_values_in_micro_batches_fits_as_in_one_pass(setup):
+    policy, trajectories = setup
+    batch = spread_batch(policy, trajectories)
+    targets = torch.linspace(-1, 1, len(trajectories))[:, None] * batch.loss_mask  # (B, T)
+    runs = []
+    for micro in (0, 3):
+        critic = build_critic(small_model(policy.tokenizer))
+        optimizer = torch.optim.AdamW(critic.parameters(), lr=1e-2)
+        losses = fit_values(critic, optimizer, batch, targets, epochs=3, mini_batch_size=8, grad_clip=1.0,
+                            micro_batch_size=micro)
+        runs.append((losses, [p.detach() for p in critic.parameters()]))
+    (whole_losses, whole_weights), (losses, weights) = runs
+    assert losses == pytest.approx(whole_losses, rel=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(weights, whole_weights))
+
+
+def test_a_non_finite_micro_batch_skips_the_whole_step(setup):
+    policy, trajectories = setup
+    model = small_model(policy.tokenizer)
+    batch = build_batch(trajectories, pad_id=policy.tokenizer.pad_token_id, device=torch.device("cpu"))
+    batch = replace(batch, traj_returns=batch.traj_returns + torch.tensor([0.0] * 7 + [float("inf")]))
+    before = [p.detach().clone() for p in model.parameters()]
+    stats = update(model, None, torch.optim.AdamW(model.parameters(), lr=1e-3), None, batch,
+                   settings("grpo", mini_batch_size=8, micro_batch_size=2))
+    assert stats["actor/skipped_steps"] == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))

@@ -176,6 +176,16 @@ def token_values(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mas
     return values.masked_fill(~_own_tokens(attention_mask, prefix_len), 0.0) if prefix_len else values
 
 
+@torch.no_grad()
+def score_values(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                 micro_batch: int = 16, prefix_len: int = 0) -> torch.Tensor:
+    """`token_values` without gradients, in micro-batches of `micro_batch` rows to bound the activations' memory;
+    `prefix_len` as in `score_sequences`. Returns (B, T)."""
+    return torch.cat([token_values(critic, input_ids[start : start + micro_batch],
+                                   attention_mask[start : start + micro_batch], prefix_len=prefix_len)
+                      for start in range(0, input_ids.shape[0], micro_batch)])
+
+
 def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor) -> int:
     """How many leading real tokens every row has in common, stopping before any row's first loss token and
     leaving every row at least one token of its own. Rows are left padded: (B, T) each."""
