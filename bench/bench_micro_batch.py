@@ -1,0 +1,149 @@
+"""What `train.micro_batch_size` saves: the memory of one StarPO-S update at a real LLM's vocabulary, by micro-batch.
+
+    python bench/bench_micro_batch.py [--micro 0 4 1] [--rows 16] [--tokens 512] [--layers 2]
+
+One critic-and-actor update (`ragen.update.update`, StarPO-S: GAE with the critic, clip 0.2 / 0.28, entropy bonus,
+float32, one mini-batch of `--rows` sequences) on a random Qwen2 with Qwen2.5-0.5B-Instruct's width and its
+151,936-row tied embedding, `--layers` of its 24 layers deep (the vocabulary's logits, which a pass holds for every
+token it runs, do not depend on the depth; the layers' activations grow with it). The batch is synthetic and
+shaped like the pipeline's: left-padded rows of `--tokens / 2` to `--tokens` tokens behind one shared prompt of 64
+tokens, the response tokens trained, two groups with a spread of returns. Each `--micro` (rows per forward and
+backward pass; 0: the whole mini-batch in one) runs in a fresh process, so each peak resident memory is its own, and
+the table prints it beside the update's seconds and the gradient norms: accumulation is exact, so the norms agree
+to float rounding whatever the micro-batch. RAGEN trains Qwen2.5-0.5B with mini-batches of 32 sequences of up to
+3,600 tokens in micro-batches of 1 (or 4): one pass of a whole mini-batch there would hold 70 GB of float32 logits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from ragen.batching import RolloutBatch
+from ragen.policy.model import build_critic
+from ragen.update import UpdateSettings, update
+
+QWEN_VOCAB = 151_936  # Qwen2.5-0.5B-Instruct's config.json
+WIDTHS = {"qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_attention_heads=14, num_key_value_heads=2),
+          "small": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)}
+PROMPT = 64  # tokens of the shared prompt
+
+
+def synthetic_batch(rows: int, tokens: int, vocab: int, seed: int = 0) -> RolloutBatch:
+    """`rows` left-padded sequences of tokens/2 .. `tokens` tokens: one shared prompt of PROMPT tokens, then
+    response tokens (trained); two groups, the return on each row's last token spread over -1 .. 1."""
+    if tokens // 2 <= PROMPT:
+        raise ValueError(f"--tokens {tokens}: the shortest row (tokens / 2) must outlast the {PROMPT}-token prompt")
+    gen = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, vocab, (PROMPT,), generator=gen)
+    lengths = torch.linspace(tokens // 2, tokens, rows).round().long()
+    ids = torch.zeros(rows, tokens, dtype=torch.long)
+    attention = torch.zeros(rows, tokens, dtype=torch.long)
+    loss_mask = torch.zeros(rows, tokens, dtype=torch.bool)
+    rewards = torch.zeros(rows, tokens)
+    returns = torch.linspace(-1, 1, rows)
+    for row, length in enumerate(lengths.tolist()):
+        start = tokens - length
+        ids[row, start:start + PROMPT] = prompt
+        ids[row, start + PROMPT:] = torch.randint(0, vocab, (length - PROMPT,), generator=gen)
+        attention[row, start:] = 1
+        loss_mask[row, start + PROMPT:] = True
+        rewards[row, -1] = returns[row]
+    turn_ends = torch.zeros(rows, tokens, dtype=torch.bool)
+    turn_ends[:, -1] = True
+    return RolloutBatch(ids, attention, loss_mask, torch.zeros(rows, tokens), rewards, returns,
+                        torch.arange(rows) * 2 // rows, turn_ends)
+
+
+def build_model(layers: int, vocab: int, width: dict) -> Qwen2ForCausalLM:
+    config = Qwen2Config(vocab_size=vocab, tie_word_embeddings=True, num_hidden_layers=layers, **width)
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def rss_gib() -> float:
+    """This process's peak resident memory so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def measure(micro: int, rows: int, tokens: int, layers: int, vocab: int = QWEN_VOCAB, width: str = "qwen2.5-0.5b"
+            ) -> dict[str, float]:
+    """One update of a fresh model in micro-batches of `micro` rows: seconds, peak memory before and after, and
+    the update's metrics."""
+    model = build_model(layers, vocab, WIDTHS[width])
+    critic = build_critic(model).eval()
+    batch = synthetic_batch(rows, tokens, vocab)
+    settings = UpdateSettings(advantage="gae", gamma=1.0, lam=1.0, turn_gamma=0.95, eps_low=0.2, eps_high=0.28,
+                              dual_clip=None, entropy_coef=0.001, kl_loss=None, kl_coef=0.0, value_clip=0.5,
+                              aggregation="token-mean", mini_batch_size=rows, grad_clip=1.0,
+                              micro_batch_size=micro)
+    actor_opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
+    critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-5, weight_decay=0.01)
+    before = rss_gib()
+    start = time.perf_counter()
+    stats = update(model, critic, actor_opt, critic_opt, batch, settings)
+    seconds = time.perf_counter() - start
+    return {"micro": micro, "seconds": seconds, "rss_before_gib": before, "rss_peak_gib": rss_gib(),
+            "tokens": int(batch.attention_mask.sum()), "params_m": sum(p.numel() for p in model.parameters()) / 1e6,
+            **{k: stats[k] for k in ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/value_loss",
+                                     "critic/grad_norm")}}
+
+
+def run_child(micro: int, args: argparse.Namespace) -> dict[str, float] | str:
+    """`measure` in a fresh process, or why it did not finish (killed by the kernel for memory, say)."""
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(micro), "--rows",
+                           str(args.rows), "--tokens", str(args.tokens), "--layers", str(args.layers), "--vocab",
+                           str(args.vocab), "--width", args.width],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"# micro {micro}: exit code {done.returncode}: {done.stderr.strip()[-300:]}", file=sys.stderr)
+        return (f"killed by signal {-done.returncode}" if done.returncode < 0
+                else f"failed (exit code {done.returncode})")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--micro", type=int, nargs="+", default=[0, 4, 1], help="rows per pass; 0: all")
+    parser.add_argument("--rows", type=int, default=16, help="sequences in the mini-batch")
+    parser.add_argument("--tokens", type=int, default=512, help="the longest sequence's tokens")
+    parser.add_argument("--layers", type=int, default=2, help="of Qwen2.5-0.5B's 24")
+    parser.add_argument("--vocab", type=int, default=QWEN_VOCAB, help="output rows (Qwen2.5-0.5B's by default)")
+    parser.add_argument("--width", choices=sorted(WIDTHS), default="qwen2.5-0.5b")
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.tokens // 2 <= PROMPT:
+        parser.error(f"--tokens must be over {2 * PROMPT + 1}: the shortest row, half the longest, holds the "
+                     f"{PROMPT}-token prompt and at least one response token")
+    if args.child is not None:
+        print(json.dumps(measure(args.child, args.rows, args.tokens, args.layers, args.vocab, args.width)))
+        return 0
+    print(f"# one StarPO-S update (critic and actor), a mini-batch of {args.rows} sequences of up to {args.tokens} "
+          f"tokens, width {args.width}, vocabulary {args.vocab:,}, {args.layers} layers, float32 on "
+          f"{torch.get_num_threads()} CPU threads (torch {torch.__version__}); each row a fresh process")
+    print("| micro-batch | passes | float32 logits a pass (GiB) | peak memory (GiB) | before the update (GiB) "
+          "| update s | tokens/s | actor grad norm | critic grad norm | value loss |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for micro in args.micro:
+        m = run_child(micro, args)
+        per_pass = micro or args.rows
+        logits_gib = per_pass * args.tokens * args.vocab * 4 / 2**30
+        if isinstance(m, str):
+            print(f"| {micro or 'all'} | {-(-args.rows // per_pass)} | {logits_gib:.1f} | {m} | | | | | | |")
+            continue
+        print(f"| {micro or 'all'} | {-(-args.rows // per_pass)} | {logits_gib:.1f} | {m['rss_peak_gib']:.1f} | "
+              f"{m['rss_before_gib']:.1f} | {m['seconds']:.1f} | {m['tokens'] / m['seconds']:.0f} | "
+              f"{m['actor/grad_norm']:.6f} | {m['critic/grad_norm']:.6f} | {m['critic/value_loss']:.6f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
