@@ -125,7 +125,7 @@ def test_every_stage_runs_on_a_gemma3_style_checkpoint(prefect_harness, project,
     tok.save_pretrained(hf)
     params = str(project / "params.yaml")
     (project / "params.yaml").write_text("envs:\n  val_seed: 123\n")
-    small = [*SMALL, f"model.path={hf}"]
+    small = [*SMALL, f"model.path={hf}", "train.micro_batch_size=3"]  # passes of 3, 3 and 2 of each mini-batch of 8
     envgen(params=params, overrides=small)
     base(params=params, overrides=small)
     rollout(params=params, overrides=small)
@@ -152,7 +152,8 @@ def test_every_stage_runs_on_a_qwen3_5_checkpoint(prefect_harness, project, tmp_
     chatml = CHATML.read_text()
     params = str(project / "params.yaml")
     (project / "params.yaml").write_text("envs:\n  val_seed: 123\n")
-    small = [*SMALL, f"model.path={root / 'ckpt'}", f"model.chat_template={CHATML}"]  # the template we ship
+    small = [*SMALL, f"model.path={root / 'ckpt'}", f"model.chat_template={CHATML}",  # the template we ship
+             "train.micro_batch_size=3"]  # gradients accumulated over passes of 3, 3 and 2 rows
     envgen(params=params, overrides=small)
     base(params=params, overrides=small)
     rollout(params=params, overrides=small)
