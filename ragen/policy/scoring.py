@@ -88,6 +88,14 @@ def skips_masked_positions(model: PreTrainedModel) -> bool:
     return takes_positions and not has_recurrent_layers(model)
 
 
+def shared_padding(attention_mask: torch.Tensor) -> int:
+    """How many leading columns of a left-padded (B, T) mask are padding in every row. A slice of a batch (a
+    micro-batch, a single row) keeps the batch's width; these columns change no real token's output (positions
+    count real tokens, and a padded key is masked), so the model need not run them."""
+    real = attention_mask.any(0).nonzero()
+    return int(real[0]) if len(real) else 0
+
+
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """(B, T) 0/1 mask -> (B, T) positions that start at 0 on the first real token (left padding)."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -106,15 +114,17 @@ def token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, attention_ma
             (`token_logprobs_shared_prefix`; take it from `shareable_prefix`); 0 runs every row whole. A model
             whose cache cannot be broadcast (`broadcasts_prefix`) runs every row whole either way (the same values).
     Returns:
-        logprobs (B, T) and entropy (B, T) or None; position 0 is 0 (and the prefix, with `prefix_len`).
+        logprobs (B, T) and entropy (B, T) or None; 0 at position 0, on the padding every row shares and (with
+        `prefix_len`) on the prefix.
     """
     if prefix_len and broadcasts_prefix(model, prefix_len):
         return token_logprobs_shared_prefix(model, input_ids, attention_mask, prefix_len, with_entropy=with_entropy)
-    out = model(input_ids=input_ids, attention_mask=attention_mask,
-                position_ids=position_ids_from_mask(attention_mask), use_cache=False)
-    logits = out.logits[:, :-1].float()  # (B, T-1, V): predicts tokens 1..T-1
-    logprobs, entropy = _logprobs_of(logits, input_ids[:, 1:], with_entropy)  # (B, T-1) each
-    logprobs, entropy = F.pad(logprobs, (1, 0)), (F.pad(entropy, (1, 0)) if with_entropy else None)  # (B, T)
+    lead = shared_padding(attention_mask)  # columns that are padding in every row: not run
+    ids, att = input_ids[:, lead:], attention_mask[:, lead:]
+    out = model(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att), use_cache=False)
+    logits = out.logits[:, :-1].float()  # (B, T'-1, V): predicts tokens 1..T'-1 of the run columns
+    logprobs, entropy = _logprobs_of(logits, ids[:, 1:], with_entropy)  # (B, T'-1) each
+    logprobs, entropy = F.pad(logprobs, (1 + lead, 0)), (F.pad(entropy, (1 + lead, 0)) if with_entropy else None)
     if prefix_len:  # a cache that cannot be broadcast (`broadcasts_prefix`): every row ran whole; zero the prefix
         shared = ~_own_tokens(attention_mask, prefix_len)  # (B, T)
         logprobs, entropy = logprobs.masked_fill(shared, 0.0), (entropy.masked_fill(shared, 0.0) if with_entropy
@@ -169,10 +179,11 @@ def token_values(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mas
     """
     if prefix_len and broadcasts_prefix(critic, prefix_len):
         return token_values_shared_prefix(critic, input_ids, attention_mask, prefix_len)
-    out = critic(input_ids=input_ids, attention_mask=attention_mask,
-                 position_ids=position_ids_from_mask(attention_mask))
-    values = out.logits.squeeze(-1).float()  # (B, T): head(h_t), the state after reading token t
-    values = F.pad(values[:, :-1], (1, 0))  # (B, T): shifted so position t holds head(h_{t-1})
+    lead = shared_padding(attention_mask)  # columns that are padding in every row: not run
+    att = attention_mask[:, lead:]
+    out = critic(input_ids=input_ids[:, lead:], attention_mask=att, position_ids=position_ids_from_mask(att))
+    values = out.logits.squeeze(-1).float()  # (B, T'): head(h_t), the state after reading token t
+    values = F.pad(values[:, :-1], (1 + lead, 0))  # (B, T): shifted so position t holds head(h_{t-1})
     return values.masked_fill(~_own_tokens(attention_mask, prefix_len), 0.0) if prefix_len else values
 
 

@@ -98,3 +98,32 @@ def test_a_shared_prefix_longer_than_a_window_runs_the_rows_whole(narrow_window_
     score = lambda prefix_len: token_logprobs(policy.model, ids, mask, with_entropy=True,  # noqa: E731
                                               prefix_len=prefix_len)
     assert_same_as_full_pass(policy.model, score, sequences, ids, loss_mask, lp)
+
+
+def test_padding_every_row_shares_is_not_run(any_policy):
+    """A micro-batch of one row keeps its batch's width; the columns of padding in front of it do not run (the
+    model sees the row's own tokens only), and its log-probs, entropies and values equal those of the row scored
+    alone, with 0 on the padding."""
+    policy = any_policy
+    sequences, ids, mask, _, _ = shared_rows(policy.tokenizer)
+    row = min(range(len(sequences)), key=lambda r: len(sequences[r]))  # the shortest: padding in front of it
+    alone = torch.tensor([sequences[row]])
+    pad = ids.shape[1] - len(sequences[row])
+    assert pad > 0
+    critic = build_critic(policy.model)
+    torch.nn.init.normal_(value_head(critic).weight, std=0.1)
+    widths = []
+    hooks = [m.register_forward_pre_hook(lambda _m, args, kw: widths.append(kw["input_ids"].shape[1]),
+                                         with_kwargs=True) for m in (policy.model, critic)]
+    try:
+        sliced = token_logprobs(policy.model, ids[row:row + 1], mask[row:row + 1], with_entropy=True)
+        values = token_values(critic, ids[row:row + 1], mask[row:row + 1])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert widths == [len(sequences[row])] * 2
+    whole = token_logprobs(policy.model, alone, torch.ones_like(alone), with_entropy=True)
+    whole_values = token_values(critic, alone, torch.ones_like(alone))
+    for got, expected in [*zip(sliced, whole), (values, whole_values)]:
+        assert got.shape == (1, ids.shape[1]) and (got[0, :pad] == 0).all()
+        assert torch.allclose(got[0, pad:], expected[0], atol=1e-5)
