@@ -5,8 +5,9 @@
 
 Builds a randomly initialised Qwen2 from a config (the layer shapes of Qwen2.5-0.5B-Instruct by default, over our
 byte-level tokenizer's vocabulary), saves it as a Hugging Face checkpoint directory (safetensors, tokenizer.json,
-chat template) and loads it through `model.source: hf` exactly as a user's checkpoint: CUDA and bfloat16 when
-available. Then, printing one line per check:
+chat template) and loads it through `model.source: hf` exactly as a user's checkpoint: on CUDA when available, with
+float32 weights and bfloat16 compute (`model.dtype: auto`, bf16-mixed; before 2026-12-06 the weights themselves were
+bfloat16). Then, printing one line per check:
 - sampling: 5-turn Sokoban episodes through the rollout (KV cache kept across turns), tokens per second, and the
   same prompt batches through transformers' `model.generate` for comparison;
 - scoring: the sampled tokens re-scored in one pass; the gap to the sampling log-probs (bfloat16 rounding shows
@@ -40,7 +41,7 @@ from ragen.config import load_config
 from ragen.evaluation import evaluate_policy
 from ragen.losses import explained_variance
 from ragen.policy import Policy, load_policy
-from ragen.policy.model import build_critic, pick_device
+from ragen.policy.model import COMPUTE_DTYPE, build_critic, pick_device
 from ragen.policy.sampling import left_pad
 from ragen.policy.scoring import score_sequences, token_values
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
@@ -203,10 +204,13 @@ def main() -> int:
         params = sum(p.numel() for p in policy.model.parameters())
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         print(f"# hf path | random Qwen2 ({args.shape}) {params / 1e6:.1f} M params | {policy.model.device} "
-              f"{policy.model.dtype} | {policy.model.config._attn_implementation} attention | {name} | "
+              f"{policy.model.dtype} weights, {compute} compute | {policy.model.config._attn_implementation} "
+              f"attention | {name} | "
               f"torch {torch.__version__}")
-        if device.type == "cuda" and (policy.model.device.type, policy.model.dtype) != ("cuda", torch.bfloat16):
-            failures.append("the hf path did not load onto CUDA in bfloat16")
+        compute = getattr(policy.model, COMPUTE_DTYPE, None) or policy.model.dtype  # what the matmuls run in
+        if device.type == "cuda" and (policy.model.device.type, policy.model.dtype, compute) != (
+                "cuda", torch.float32, torch.bfloat16):
+            failures.append("the hf path did not load onto CUDA with float32 weights computing in bfloat16")
 
         # warm-up, untimed: CUDA context, cuBLAS handles and kernel selection belong to neither sampler
         _, warm_batches, *_ = rollout(policy, cfg, 8, seed=99)
@@ -218,7 +222,7 @@ def main() -> int:
         print(f"sampling  model.generate   {gen_tokens:>7} tokens in {gen_seconds:6.2f} s = "
               f"{gen_tokens / gen_seconds:8.0f} tokens/s (same prompt batches)")
         gap = rescoring_gap(policy, trajectories)
-        print(f"scoring   {policy.model.dtype}: max |sampling - rescoring| log-prob {gap:.4f}")
+        print(f"scoring   {compute}: max |sampling - rescoring| log-prob {gap:.4f}")
 
         exact = load_policy(base, device=args.device, dtype="float32", attn=args.attn)
         exact_trajs, *_ = rollout(exact, cfg, min(args.episodes, 16), seed=1)
@@ -242,7 +246,7 @@ def main() -> int:
             failures.append(f"the critic warm-up did not lower its value loss ({losses[0]:.4f} -> {losses[-1]:.4f})")
 
         # the rollout's sampler and the presets' trainers: fresh policies from the same checkpoint
-        peak = peak_tflops(device, policy.model.dtype)
+        peak = peak_tflops(device, compute)
         del policy
         for name in ("starpo_s", "starpo_ppo", "starpo_grpo"):
             trained = train_preset(name, base, args, critic, failures)  # frees the last preset's policy
@@ -260,7 +264,7 @@ def main() -> int:
 
         achieved = flops / seconds / 1e12
         print(f"FLOPs     sampling {achieved:.3f} TFLOP/s = {achieved / peak:.2%} of a measured "
-              f"{trained.model.dtype} matmul peak of {peak:.1f} TFLOP/s")
+              f"{compute} matmul peak of {peak:.1f} TFLOP/s")
     for failure in failures:
         print(f"FAILED: {failure}")
     return 1 if failures else 0

@@ -58,7 +58,8 @@ class ModelConfig:
     intermediate_size: int = 528  # tiny: MLP width
     max_positions: int = 2048  # tiny: context length in tokens
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda
-    dtype: str = "auto"  # auto (bfloat16 on cuda, float32 on cpu) | float32 | bfloat16
+    dtype: str = "auto"  # auto (bf16-mixed on cuda, float32 on cpu) | float32 | bf16-mixed | bfloat16 | float16;
+    #   bf16-mixed: float32 weights, bfloat16 compute (RAGEN's); bfloat16 / float16 weights lose small AdamW steps
     # auto: eager on cuda (our batches carry padding masks, for which torch's SDPA took a slow kernel on an H200:
     # eager sampled 2.2x (Qwen2.5-0.5B shape) to 9x (tiny) faster, bench/bench_cuda.py), sdpa on cpu
     attn: str = "auto"  # auto | sdpa | eager
@@ -338,7 +339,7 @@ def validate(config: Config) -> None:
                "algo.shaping": (a.shaping, ("none", "solver")),
                "train.env": (config.train.env, tuple(ENVS)),
                "model.device": (config.model.device, ("auto", "cpu", "cuda")),
-               "model.dtype": (config.model.dtype, ("auto", "float32", "bfloat16", "float16")),
+               "model.dtype": (config.model.dtype, ("auto", "float32", "bf16-mixed", "bfloat16", "float16")),
                "model.attn": (config.model.attn, ("auto", "sdpa", "eager")),
                "model.grid_tokens": (config.model.grid_tokens, ("bpe", "cells"))}
     for key, (value, allowed) in choices.items():

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -49,10 +50,35 @@ def pick_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def pick_dtype(device: torch.device, dtype: str = "auto") -> torch.dtype:
+COMPUTE_DTYPE = "ragen_compute_dtype"  # a model's attribute: the dtype its forward passes run in (`computing`)
+
+
+def pick_precision(device: torch.device, dtype: str = "auto") -> tuple[torch.dtype, torch.dtype | None]:
+    """`model.dtype` -> (the parameters' dtype, the dtype forward passes compute in under autocast, or None).
+
+    bf16-mixed (auto on CUDA) keeps float32 parameters, gradients and AdamW state and runs the forward passes in
+    bfloat16, as RAGEN's FSDP mixed precision does. Parameters stored in bfloat16 lose every AdamW step smaller
+    than half their spacing (2^-8 of the weight): at RAGEN's actor lr of 1e-6 a weight of 0.02 moves by about 1e-6
+    a step against a spacing of 1.2e-4, so a bfloat16 actor does not train at all (bench/RESULTS.md, "Weights in
+    bfloat16"). `bfloat16` and `float16` still load so, for inference."""
     if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+        dtype = "bf16-mixed" if device.type == "cuda" else "float32"
+    if dtype == "bf16-mixed":
+        return torch.float32, torch.bfloat16
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype], None
+
+
+def set_compute_dtype(model: PreTrainedModel, dtype: torch.dtype | None) -> PreTrainedModel:
+    """Mark `model`'s forward passes to run under autocast to `dtype` (None: in its parameters' dtype)."""
+    setattr(model, COMPUTE_DTYPE, dtype)
+    return model
+
+
+def computing(model: PreTrainedModel) -> contextlib.AbstractContextManager:
+    """The context the model's forward passes run in: autocast to its compute dtype (`pick_precision`), or none.
+    Only the forward needs it; backward follows the dtypes autocast chose."""
+    dtype = getattr(model, COMPUTE_DTYPE, None)
+    return torch.autocast(model.device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
 def pick_attn(device: torch.device, attn: str = "auto", model_class: type | None = None) -> str:
@@ -136,13 +162,15 @@ def load_causal_lm(path: str | Path, *, chat_template: str = "", device: str = "
                              "which the sampler extends turn by turn; use a family that takes past_key_values "
                              "(attention models, or hybrids such as Qwen3.5, Jamba, Falcon-H1, LFM2)")
     torch_device = pick_device(device)
+    param_dtype, compute_dtype = pick_precision(torch_device, dtype)
     try:
         tokenizer = load_tokenizer(path)
         model = AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, use_safetensors=True, dtype=pick_dtype(torch_device, dtype),
+            path, local_files_only=True, use_safetensors=True, dtype=param_dtype,
             attn_implementation=pick_attn(torch_device, attn, causal))
     except Exception as error:
         raise ModelLoadError(f"model path {path}: cannot load the causal LM or its tokenizer ({error})") from None
+    set_compute_dtype(model, compute_dtype)
     if chat_template:
         tokenizer.chat_template = chat_template
     whose = "model.chat_template" if chat_template else f"model path {path}: its chat template"
@@ -239,7 +267,7 @@ def build_critic(policy: PreTrainedModel) -> PreTrainedModel:
     torch.nn.init.zeros_(head.weight)
     if head.bias is not None:
         torch.nn.init.zeros_(head.bias)
-    return critic.to(policy.device).eval()
+    return set_compute_dtype(critic.to(policy.device).eval(), getattr(policy, COMPUTE_DTYPE, None))
 
 
 def backbone(model: PreTrainedModel) -> torch.nn.Module:
@@ -258,16 +286,17 @@ def value_head(critic: PreTrainedModel) -> torch.nn.Module:
 def load_critic(path: str | Path, *, device: str = "auto", dtype: str = "auto", attn: str = "auto") -> PreTrainedModel:
     path = _check_dir(path)
     torch_device = pick_device(device)
+    param_dtype, compute_dtype = pick_precision(torch_device, dtype)
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
         register_critic_class(config)
         critic_class = AutoModelForTokenClassification._model_mapping[type(config)]
         model = AutoModelForTokenClassification.from_pretrained(
-            path, config=config, local_files_only=True, use_safetensors=True, dtype=pick_dtype(torch_device, dtype),
+            path, config=config, local_files_only=True, use_safetensors=True, dtype=param_dtype,
             attn_implementation=pick_attn(torch_device, attn, critic_class))
     except Exception as error:
         raise ModelLoadError(f"critic path {path}: cannot load ({error})") from None
-    return model.to(torch_device)
+    return set_compute_dtype(model.to(torch_device), compute_dtype)
 
 
 def save_model(model: PreTrainedModel, dest: str | Path, *, tokenizer: PreTrainedTokenizerBase | None = None,

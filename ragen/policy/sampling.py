@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers import Cache, PreTrainedModel, PreTrainedTokenizerBase
 
+from ragen.policy.model import computing
 from ragen.policy.scoring import attention_window, position_ids_from_mask, skips_masked_positions
 
 STOP_TAIL_CHARS = 32
@@ -180,8 +181,9 @@ class SamplingSession:
         """Run (B, C) new tokens through the model on top of the cache; returns the last position's logits."""
         mask = torch.cat([self.mask, chunk_mask], dim=-1)  # (B, L + C)
         positions = position_ids_from_mask(mask)[:, -ids.shape[1] :]  # (B, C)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
-                         use_cache=True, logits_to_keep=1)
+        with computing(self.model):
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
+                             use_cache=True, logits_to_keep=1)
         self.cache, self.mask = out.past_key_values, mask
         return out.logits[:, -1].float()
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import get_layer_types_and_kwargs
 
-from ragen.policy.model import backbone, value_head
+from ragen.policy.model import backbone, computing, value_head
 
 
 # cache layer types (transformers' `config.layer_types`) that carry a state updated at every position fed
@@ -118,10 +118,13 @@ def token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, attention_ma
         `prefix_len`) on the prefix.
     """
     if prefix_len and broadcasts_prefix(model, prefix_len):
-        return token_logprobs_shared_prefix(model, input_ids, attention_mask, prefix_len, with_entropy=with_entropy)
+        with computing(model):
+            return token_logprobs_shared_prefix(model, input_ids, attention_mask, prefix_len,
+                                                with_entropy=with_entropy)
     lead = shared_padding(attention_mask)  # columns that are padding in every row: not run
     ids, att = input_ids[:, lead:], attention_mask[:, lead:]
-    out = model(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att), use_cache=False)
+    with computing(model):
+        out = model(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att), use_cache=False)
     logits = out.logits[:, :-1].float()  # (B, T'-1, V): predicts tokens 1..T'-1 of the run columns
     logprobs, entropy = _logprobs_of(logits, ids[:, 1:], with_entropy)  # (B, T'-1) each
     logprobs, entropy = F.pad(logprobs, (1 + lead, 0)), (F.pad(entropy, (1 + lead, 0)) if with_entropy else None)
@@ -178,10 +181,12 @@ def token_values(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mas
     Returns (B, T) float32, differentiable.
     """
     if prefix_len and broadcasts_prefix(critic, prefix_len):
-        return token_values_shared_prefix(critic, input_ids, attention_mask, prefix_len)
+        with computing(critic):
+            return token_values_shared_prefix(critic, input_ids, attention_mask, prefix_len)
     lead = shared_padding(attention_mask)  # columns that are padding in every row: not run
     att = attention_mask[:, lead:]
-    out = critic(input_ids=input_ids[:, lead:], attention_mask=att, position_ids=position_ids_from_mask(att))
+    with computing(critic):
+        out = critic(input_ids=input_ids[:, lead:], attention_mask=att, position_ids=position_ids_from_mask(att))
     values = out.logits.squeeze(-1).float()  # (B, T'): head(h_t), the state after reading token t
     values = F.pad(values[:, :-1], (1 + lead, 0))  # (B, T): shifted so position t holds head(h_{t-1})
     return values.masked_fill(~_own_tokens(attention_mask, prefix_len), 0.0) if prefix_len else values

@@ -125,7 +125,8 @@ def test_every_stage_runs_on_a_gemma3_style_checkpoint(prefect_harness, project,
     tok.save_pretrained(hf)
     params = str(project / "params.yaml")
     (project / "params.yaml").write_text("envs:\n  val_seed: 123\n")
-    small = [*SMALL, f"model.path={hf}", "train.micro_batch_size=3"]  # passes of 3, 3 and 2 of each mini-batch of 8
+    small = [*SMALL, f"model.path={hf}", "train.micro_batch_size=3",  # passes of 3, 3 and 2 of each mini-batch of 8
+             "model.dtype=bf16-mixed"]  # float32 weights, bfloat16 compute, as `auto` on CUDA
     envgen(params=params, overrides=small)
     base(params=params, overrides=small)
     rollout(params=params, overrides=small)

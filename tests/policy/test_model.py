@@ -8,10 +8,10 @@ from transformers import BloomForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen2F
 
 from ragen.fileio import StageFileError
 from ragen.policy import Policy, load_policy
-from ragen.policy.model import (ModelLoadError, build_critic, load_causal_lm, load_critic, pick_attn,
-                                read_chat_template, read_meta, save_model)
+from ragen.policy.model import (ModelLoadError, build_critic, computing, load_causal_lm, load_critic, pick_attn,
+                                pick_precision, read_chat_template, read_meta, save_model)
 from ragen.policy.sampling import left_pad
-from ragen.policy.scoring import score_sequences, token_values
+from ragen.policy.scoring import score_sequences, token_logprobs, token_values
 from ragen.prompting import SYSTEM_PROMPT
 
 
@@ -336,3 +336,51 @@ def test_a_tokenizer_without_a_chat_template_is_named(hf_dir, tmp_path):
     with pytest.raises(ModelLoadError, match=r"ckpt: the tokenizer has no chat template; use an instruct \(chat\) "
                                              r"checkpoint, or set model.chat_template to a Jinja template file"):
         load_causal_lm(ckpt, device="cpu")
+
+
+def test_precision_of_each_model_dtype():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert pick_precision(cuda, "auto") == (torch.float32, torch.bfloat16)  # RAGEN's mixed precision
+    assert pick_precision(cpu, "auto") == (torch.float32, None)
+    assert pick_precision(cpu, "bf16-mixed") == (torch.float32, torch.bfloat16)
+    assert pick_precision(cuda, "bfloat16") == (torch.bfloat16, None)
+    assert pick_precision(cpu, "float16") == (torch.float16, None)
+
+
+def changed_share_after_steps(policy, lr, steps=5):
+    """The share of the policy's weights that AdamW steps at `lr` on a sampled episode's log-likelihood move."""
+    _, prompt, _ = policy.renderer(True).start("Turn 1:\nState:\nPG\n")
+    ids = torch.tensor([prompt + list(policy.sample([prompt], max_new_tokens=8,
+                                                    generator=torch.Generator().manual_seed(0))[0].token_ids)])
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr, weight_decay=0.01)
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        logprobs, _ = token_logprobs(policy.model, ids, torch.ones_like(ids))
+        (-logprobs[0, len(prompt):].mean()).backward()
+        optimizer.step()
+    moved = sum(int((a != b).sum()) for a, b in zip(before, policy.model.parameters()))
+    return moved / sum(p.numel() for p in policy.model.parameters())
+
+
+def test_bf16_mixed_keeps_float32_weights_that_learn_at_ragens_lr(hf_dir, tmp_path):
+    """With bfloat16 weights an AdamW step of RAGEN's actor lr (1e-6) is below a weight's rounding step and is lost:
+    the policy does not train. bf16-mixed (auto on CUDA) keeps float32 weights, computes in bfloat16 (logits come
+    out in bfloat16), and its steps land; its critic computes the same way."""
+    mixed = load_policy(hf_dir, device="cpu", dtype="bf16-mixed")
+    assert next(mixed.model.parameters()).dtype == torch.float32
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with computing(mixed.model):
+        assert mixed.model(input_ids=ids).logits.dtype == torch.bfloat16
+    assert mixed.model(input_ids=ids).logits.dtype == torch.float32  # outside the stages' calls: as loaded
+    critic = build_critic(mixed.model)
+    with computing(critic):
+        assert critic(input_ids=ids).logits.dtype == torch.bfloat16
+    save_model(critic, tmp_path / "critic")
+    loaded = load_critic(tmp_path / "critic", device="cpu", dtype="bf16-mixed")
+    with computing(loaded):
+        assert next(loaded.parameters()).dtype == torch.float32 and loaded(input_ids=ids).logits.dtype == torch.bfloat16
+    assert changed_share_after_steps(mixed, 1e-6) > 0.5
+    pure = load_policy(hf_dir, device="cpu", dtype="bfloat16")
+    assert next(pure.model.parameters()).dtype == torch.bfloat16
+    assert changed_share_after_steps(pure, 1e-6) < 0.05
