@@ -9,7 +9,7 @@ float32, bf16-mixed (float32 weights, bfloat16 compute; what `auto` picks on CUD
 critic 1e-5, and the tiny policy's 1e-4) it runs `--steps` AdamW steps (weight decay 0.01) on the log-likelihood
 of the same 8 sampled Sokoban turns, scored as the update scores them (`token_logprobs`), and prints the share of
 the weights that received a gradient and moved, and the mean size of their change against float32's. A weight
-stored in bfloat16 has 8 significant bits: a step smaller than half its spacing (about 2^-9 of the weight) rounds
+stored in bfloat16 has 8 significant bits: a step smaller than half its spacing (2^-9 to 2^-8 of the weight) rounds
 away, so at lr 1e-6 nearly nothing moves. The CPU runs bfloat16 compute as a GPU does, only slower.
 """
 

@@ -58,9 +58,9 @@ def pick_precision(device: torch.device, dtype: str = "auto") -> tuple[torch.dty
 
     bf16-mixed (auto on CUDA) keeps float32 parameters, gradients and AdamW state and runs the forward passes in
     bfloat16, as RAGEN's FSDP mixed precision does. Parameters stored in bfloat16 lose every AdamW step smaller
-    than half their spacing (2^-8 of the weight): at RAGEN's actor lr of 1e-6 a weight of 0.02 moves by about 1e-6
-    a step against a spacing of 1.2e-4, so a bfloat16 actor does not train at all (bench/RESULTS.md, "Weights in
-    bfloat16"). `bfloat16` and `float16` still load so, for inference."""
+    than half their spacing (2^-9 to 2^-8 of the weight): at RAGEN's actor lr of 1e-6 a weight of 0.02 moves by
+    about 1e-6 a step against a spacing of 1.2e-4, so a bfloat16 actor hardly trains (bench/RESULTS.md, "Weights
+    in bfloat16"). `bfloat16` and `float16` still load so, for inference."""
     if dtype == "auto":
         dtype = "bf16-mixed" if device.type == "cuda" else "float32"
     if dtype == "bf16-mixed":
