@@ -203,11 +203,11 @@ def main() -> int:
         policy = load_policy(base, device=args.device, attn=args.attn)  # the hf path: meta -> local checkpoint
         params = sum(p.numel() for p in policy.model.parameters())
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        compute = getattr(policy.model, COMPUTE_DTYPE, None) or policy.model.dtype  # what the matmuls run in
         print(f"# hf path | random Qwen2 ({args.shape}) {params / 1e6:.1f} M params | {policy.model.device} "
               f"{policy.model.dtype} weights, {compute} compute | {policy.model.config._attn_implementation} "
               f"attention | {name} | "
               f"torch {torch.__version__}")
-        compute = getattr(policy.model, COMPUTE_DTYPE, None) or policy.model.dtype  # what the matmuls run in
         if device.type == "cuda" and (policy.model.device.type, policy.model.dtype, compute) != (
                 "cuda", torch.float32, torch.bfloat16):
             failures.append("the hf path did not load onto CUDA with float32 weights computing in bfloat16")
