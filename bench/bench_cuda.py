@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -63,11 +64,13 @@ SHAPES["small-windowed"] = dict(SHAPES["small"], use_sliding_window=True, slidin
                                 layer_types=["sliding_attention", "full_attention"] * 2)
 
 
-def build_checkpoint(root: Path, shape: str) -> Path:
-    """A local hf checkpoint directory and a models/base-style folder whose meta points at it."""
+def build_checkpoint(root: Path, shape: str, **overrides: Any) -> Path:
+    """A local hf checkpoint directory and a models/base-style folder whose meta points at it; `overrides` change
+    the shape's config keys (`num_hidden_layers=2`: a shallower model for a CPU)."""
     tokenizer = train_tokenizer(env_corpus(["sokoban", "frozen_lake", "bandit"], 32), 1024)
     config = Qwen2Config(vocab_size=len(tokenizer), tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, architectures=["Qwen2ForCausalLM"], **SHAPES[shape])
+                         pad_token_id=tokenizer.pad_token_id, architectures=["Qwen2ForCausalLM"],
+                         **{**SHAPES[shape], **overrides})
     torch.manual_seed(0)
     Qwen2ForCausalLM(config).save_pretrained(root / "checkpoint", safe_serialization=True)
     tokenizer.save_pretrained(root / "checkpoint")

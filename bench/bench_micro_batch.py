@@ -27,13 +27,12 @@ from pathlib import Path
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from bench_cuda import SHAPES  # same folder
+from bench_llm_cpu import QWEN_VOCAB
 from ragen.batching import RolloutBatch
 from ragen.policy.model import build_critic
 from ragen.update import UpdateSettings, update
 
-QWEN_VOCAB = 151_936  # Qwen2.5-0.5B-Instruct's config.json
-WIDTHS = {"qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_attention_heads=14, num_key_value_heads=2),
-          "small": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)}
 PROMPT = 64  # tokens of the shared prompt
 
 
@@ -63,8 +62,9 @@ def synthetic_batch(rows: int, tokens: int, vocab: int, seed: int = 0) -> Rollou
                         torch.arange(rows) * 2 // rows, turn_ends)
 
 
-def build_model(layers: int, vocab: int, width: dict) -> Qwen2ForCausalLM:
-    config = Qwen2Config(vocab_size=vocab, tie_word_embeddings=True, num_hidden_layers=layers, **width)
+def build_model(layers: int, vocab: int, shape: str) -> Qwen2ForCausalLM:
+    """bench_cuda's `shape`, `layers` deep, over `vocab` output rows (tied to the embedding)."""
+    config = Qwen2Config(vocab_size=vocab, tie_word_embeddings=True, **{**SHAPES[shape], "num_hidden_layers": layers})
     torch.manual_seed(0)
     return Qwen2ForCausalLM(config).eval()
 
@@ -74,11 +74,11 @@ def rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def measure(micro: int, rows: int, tokens: int, layers: int, vocab: int = QWEN_VOCAB, width: str = "qwen2.5-0.5b"
+def measure(micro: int, rows: int, tokens: int, layers: int, vocab: int = QWEN_VOCAB, shape: str = "qwen2.5-0.5b"
             ) -> dict[str, float]:
     """One update of a fresh model in micro-batches of `micro` rows: seconds, peak memory before and after, and
     the update's metrics."""
-    model = build_model(layers, vocab, WIDTHS[width])
+    model = build_model(layers, vocab, shape)
     critic = build_critic(model).eval()
     batch = synthetic_batch(rows, tokens, vocab)
     settings = UpdateSettings(advantage="gae", gamma=1.0, lam=1.0, turn_gamma=0.95, eps_low=0.2, eps_high=0.28,
@@ -101,7 +101,7 @@ def run_child(micro: int, args: argparse.Namespace) -> dict[str, float] | str:
     """`measure` in a fresh process, or why it did not finish (killed by the kernel for memory, say)."""
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(micro), "--rows",
                            str(args.rows), "--tokens", str(args.tokens), "--layers", str(args.layers), "--vocab",
-                           str(args.vocab), "--width", args.width],
+                           str(args.vocab), "--shape", args.shape],
                           capture_output=True, text=True)
     if done.returncode != 0:
         print(f"# micro {micro}: exit code {done.returncode}: {done.stderr.strip()[-300:]}", file=sys.stderr)
@@ -117,17 +117,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=512, help="the longest sequence's tokens")
     parser.add_argument("--layers", type=int, default=2, help="of Qwen2.5-0.5B's 24")
     parser.add_argument("--vocab", type=int, default=QWEN_VOCAB, help="output rows (Qwen2.5-0.5B's by default)")
-    parser.add_argument("--width", choices=sorted(WIDTHS), default="qwen2.5-0.5b")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-0.5b", help="bench_cuda's shapes")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.tokens // 2 <= PROMPT:
         parser.error(f"--tokens must be over {2 * PROMPT + 1}: the shortest row, half the longest, holds the "
                      f"{PROMPT}-token prompt and at least one response token")
     if args.child is not None:
-        print(json.dumps(measure(args.child, args.rows, args.tokens, args.layers, args.vocab, args.width)))
+        print(json.dumps(measure(args.child, args.rows, args.tokens, args.layers, args.vocab, args.shape)))
         return 0
     print(f"# one StarPO-S update (critic and actor), a mini-batch of {args.rows} sequences of up to {args.tokens} "
-          f"tokens, width {args.width}, vocabulary {args.vocab:,}, {args.layers} layers, float32 on "
+          f"tokens, shape {args.shape}, vocabulary {args.vocab:,}, {args.layers} layers, float32 on "
           f"{torch.get_num_threads()} CPU threads (torch {torch.__version__}); each row a fresh process")
     print("| micro-batch | passes | float32 logits a pass (GiB) | peak memory (GiB) | before the update (GiB) "
           "| update s | tokens/s | actor grad norm | critic grad norm | value loss |")

@@ -2,15 +2,16 @@
 
     python bench/bench_precision.py [--layers 2] [--steps 5] [--lrs 1e-6 1e-5 1e-4]
 
-A random Qwen2 with Qwen2.5-0.5B-Instruct's width (`--layers` of its 24 layers, over our 1,024-token tokenizer) is
-saved as a local checkpoint and loaded through the hf path (`ragen.policy.load_policy`) with each `model.dtype`:
-float32, bf16-mixed (float32 weights, bfloat16 compute; what `auto` picks on CUDA since 2026-12-06) and bfloat16
-(weights stored in bfloat16; what `auto` picked on CUDA before). For each learning rate (RAGEN's actor 1e-6 and
-critic 1e-5, and the tiny policy's 1e-4) it runs `--steps` AdamW steps (weight decay 0.01) on the log-likelihood
-of the same 8 sampled Sokoban turns, scored as the update scores them (`token_logprobs`), and prints the share of
-the weights that received a gradient and moved, and the mean size of their change against float32's. A weight
-stored in bfloat16 has 8 significant bits: a step smaller than half its spacing (2^-9 to 2^-8 of the weight) rounds
-away, so at lr 1e-6 nearly nothing moves. The CPU runs bfloat16 compute as a GPU does, only slower.
+A random Qwen2 of bench_cuda's shape (Qwen2.5-0.5B-Instruct's by default, `--layers` of its 24 layers, over our
+1,024-token tokenizer) is saved as a local checkpoint as bench_cuda saves it and loaded through the hf path
+(`ragen.policy.load_policy`) with each `model.dtype`: float32, bf16-mixed (float32 weights, bfloat16 compute; what
+`auto` picks on CUDA since 2026-12-06) and bfloat16 (weights stored in bfloat16; what `auto` picked on CUDA before).
+For each learning rate (RAGEN's actor 1e-6 and critic 1e-5, and the tiny policy's 1e-4) it runs `--steps` AdamW steps
+(weight decay 0.01) on the log-likelihood of the same 8 sampled Sokoban turns, scored as the update scores them
+(`token_logprobs`), and prints the share of the weights float32's steps move that moved, and the mean size of their
+change against float32's. A weight stored in bfloat16 has 8 significant bits: a step smaller than half its spacing
+(2^-9 to 2^-8 of the weight) rounds away, so at lr 1e-6 nearly nothing moves. The CPU runs bfloat16 compute under
+autocast as a GPU does.
 """
 
 from __future__ import annotations
@@ -21,25 +22,13 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from bench_cuda import SHAPES, build_checkpoint  # same folder
 from ragen.policy import load_policy
 from ragen.policy.sampling import left_pad
 from ragen.policy.scoring import token_logprobs
-from ragen.policy.tokenizer import env_corpus, train_tokenizer
 
-WIDTH = dict(hidden_size=896, intermediate_size=4864, num_attention_heads=14, num_key_value_heads=2)
 DTYPES = ["float32", "bf16-mixed", "bfloat16"]
-
-
-def build_checkpoint(root: Path, layers: int, width: dict) -> Path:
-    tokenizer = train_tokenizer(env_corpus(["sokoban"], 16), 1024)
-    config = Qwen2Config(vocab_size=len(tokenizer), num_hidden_layers=layers, tie_word_embeddings=True,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **width)
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(config).save_pretrained(root, safe_serialization=True)
-    tokenizer.save_pretrained(root)
-    return root
 
 
 def episodes(checkpoint: Path, rows: int = 8, new_tokens: int = 24) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -78,15 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=2, help="of Qwen2.5-0.5B's 24")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--lrs", type=float, nargs="+", default=[1e-6, 1e-5, 1e-4])
-    parser.add_argument("--width", choices=["qwen2.5-0.5b", "small"], default="qwen2.5-0.5b")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-0.5b", help="bench_cuda's shapes")
     args = parser.parse_args(argv)
-    width = WIDTH if args.width == "qwen2.5-0.5b" else dict(hidden_size=64, intermediate_size=128,
-                                                             num_attention_heads=4, num_key_value_heads=2)
     with tempfile.TemporaryDirectory() as tmp:
-        checkpoint = build_checkpoint(Path(tmp), args.layers, width)
+        checkpoint = build_checkpoint(Path(tmp), args.shape, num_hidden_layers=args.layers)  # its base folder
         batch = episodes(checkpoint)
         print(f"# {args.steps} AdamW steps (weight decay 0.01) on {batch[0].shape[0]} sampled Sokoban turns, random "
-              f"Qwen2 of width {width['hidden_size']} and {args.layers} layers, on {torch.get_num_threads()} CPU "
+              f"Qwen2 of shape {args.shape} at {args.layers} layers, on {torch.get_num_threads()} CPU "
               f"threads (torch {torch.__version__})")
         print("| lr | model.dtype | share of float32's moved weights that moved | mean change / float32's | s a step |")
         print("|---|---|---|---|---|")

@@ -22,7 +22,7 @@ def test_the_synthetic_batch_is_shaped_like_the_pipelines():
 
 def test_each_micro_batch_runs_in_its_own_process_with_the_same_gradient(capsys):
     assert bench_micro_batch.main(["--micro", "0", "2", "--rows", "4", "--tokens", "160", "--layers", "1",
-                                   "--vocab", "512", "--width", "small"]) == 0
+                                   "--vocab", "512", "--shape", "small"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| all |") or
             line.startswith("| 2 |")]
     assert len(rows) == 2

@@ -6,7 +6,7 @@ bench_precision = load_bench("bench_precision")
 
 
 def test_bfloat16_weights_lose_the_steps_that_bf16_mixed_keeps(capsys):
-    assert bench_precision.main(["--width", "small", "--layers", "1", "--steps", "2", "--lrs", "1e-6"]) == 0
+    assert bench_precision.main(["--shape", "small", "--layers", "1", "--steps", "2", "--lrs", "1e-6"]) == 0
     rows = {}
     for line in capsys.readouterr().out.splitlines():
         cells = [cell.strip() for cell in line.strip("|").split("|")]
