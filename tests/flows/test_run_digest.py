@@ -27,3 +27,25 @@ def test_source_digest_covers_the_library_and_the_flows():
     digest = source_digest()
     assert digest == tree_digest(SOURCE_ROOT / "ragen", "*.py") + tree_digest(SOURCE_ROOT / "flows", "*.py")
     assert len(digest) == 128 and source_digest() == digest
+
+
+def test_an_update_checkpoint_resumes_with_another_micro_batch_size_and_nothing_else(tmp_path):
+    """Passes of another size change a step's memory, not its result: a run that ran out of memory resumes in
+    smaller ones. Any other param, or an input's bytes, starts the run afresh."""
+    from flows.update import run_digest
+    from ragen.config import load_config
+
+    (tmp_path / "params.yaml").write_text("train:\n  env: bandit\n")
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "model.safetensors").write_bytes(b"weights")
+
+    def digest(*overrides):
+        cfg = load_config(str(tmp_path / "params.yaml"), list(overrides))
+        return run_digest(cfg, str(tmp_path / "envs"), str(tmp_path / "base"), str(tmp_path / "critic"),
+                          str(tmp_path / "filtered.parquet"), None)
+
+    first = digest()
+    assert digest("train.micro_batch_size=1") == first == digest("train.micro_batch_size=4")
+    assert digest("train.mini_batch_size=16") != first and digest("train.lr=0.002") != first
+    (tmp_path / "base" / "model.safetensors").write_bytes(b"trained again")
+    assert digest() != first

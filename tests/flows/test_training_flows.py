@@ -109,7 +109,7 @@ def test_evaluate_ends_between_splits_once_asked_to_stop(prepared):
 
 
 @pytest.mark.slow
-def test_resume_after_a_kill_ends_where_an_uninterrupted_run_ends(prepared):
+def test_resume_after_a_kill_ends_where_an_uninterrupted_run_ends(prepared, capsys):
     project, params = prepared
     update_policy(params=params, overrides=SMALL, policy_dir=str(project / "straight"))
     straight = load_policy(project / "straight", device="cpu").model.state_dict()
@@ -119,6 +119,14 @@ def test_resume_after_a_kill_ends_where_an_uninterrupted_run_ends(prepared):
     resumed = load_policy(project / "resumed", device="cpu").model.state_dict()
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
     assert not (project / "checkpoints/update").exists()
+    # killed again; resumed in passes of 3 (as after running out of memory): the same run, to float rounding
+    update_policy(params=params, overrides=SMALL, policy_dir=str(project / "smaller"), stop_after=3)  # killed
+    capsys.readouterr()
+    update_policy(params=params, overrides=[*SMALL, "train.micro_batch_size=3"], policy_dir=str(project / "smaller"))
+    assert "resuming from the checkpoint after step 2" in capsys.readouterr().out
+    smaller = load_policy(project / "smaller", device="cpu").model.state_dict()
+    assert all(torch.allclose(straight[k], smaller[k], rtol=0, atol=1e-5) for k in straight)
+    assert any(not torch.equal(straight[k], smaller[k]) for k in straight)  # other passes: other rounding
 
 
 @pytest.mark.slow
