@@ -35,11 +35,13 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
     and an input it cannot read (missing, damaged, a checkpoint it cannot restore, a model path it cannot use)
     after Prefect has logged the flow run's failure (its one line, without the traceback: `QuietInputErrors`);
     either way the last line on stderr is "<stage>: <what is wrong and the fix>", exit code 2, instead of a Python
-    traceback. A bug still fails with its whole traceback. Without Prefect's flow heartbeat thread:
-    joining it costs ~1 s per flow run, and a DVC stage's process is supervised by DVC, not by Prefect's
-    crashed-run detection (served deployments keep their heartbeats). Ctrl-C, SIGTERM or SIGHUP end the stage
-    through its cleanups (`ending_on_termination`), with exit code 130, 143 or 129. Run directly (not under
-    `make run`), the stage reports to a local Prefect server of its own (`flows.server.prefect_api`).
+    traceback. Running out of memory ends the same way, with the amount asked for, the place in the project's code
+    and the settings that bound what the stage holds at once (`flows.memory`). A bug still fails with its whole
+    traceback. Without Prefect's flow heartbeat thread: joining it costs ~1 s per flow run, and a DVC stage's
+    process is supervised by DVC, not by Prefect's crashed-run detection (served deployments keep their heartbeats).
+    Ctrl-C, SIGTERM or SIGHUP end the stage through its cleanups (`ending_on_termination`), with exit code 130, 143
+    or 129. Run directly (not under `make run`), the stage reports to a local Prefect server of its own
+    (`flows.server.prefect_api`).
 
     While it runs, the stage holds its lock (`stage_lock`): the same stage started beside it (another terminal, or
     `dvc repro` beside a direct run) ends at once with exit code 2, naming this run's process, instead of writing
@@ -47,6 +49,7 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
     """
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
+    from flows.memory import is_out_of_memory, out_of_memory_message
     from flows.server import prefect_api
     from ragen.checkpoint import CheckpointError
     from ragen.config import ConfigError, load_config
@@ -55,16 +58,21 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
 
     input_errors = (ConfigError, StageFileError, CheckpointError, ModelLoadError, FileNotFoundError, InUse)
     overrides = cli_overrides()
-    quiet = QuietInputErrors(input_errors)
+    quiet = QuietInputErrors(input_errors, also=is_out_of_memory)
     flow_runs = logging.getLogger("prefect.flow_runs")
     flow_runs.addFilter(quiet)
     try:
-        load_config("params.yaml", overrides)
+        cfg = load_config("params.yaml", overrides)
         with exclusively(stage_lock(stage_flow.name), f"stage {stage_flow.name}"), ending_on_termination(), \
                 prefect_api(), temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
             return stage_flow(overrides=overrides)
     except input_errors as error:
         print(f"{stage_flow.name}: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except RuntimeError as error:  # torch.OutOfMemoryError is one
+        if not is_out_of_memory(error):
+            raise
+        print(f"{stage_flow.name}: {out_of_memory_message(stage_flow.name, error, cfg, SOURCE_ROOT)}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         print(f"{stage_flow.name}: interrupted; nothing half-written is left, run it again", file=sys.stderr)
@@ -201,15 +209,18 @@ def exclusively(lock: Path, what: str) -> Iterator[None]:
 
 
 class QuietInputErrors(logging.Filter):
-    """Drops the traceback from a log record of one of `errors` (Prefect logs a failed flow run's exception with
-    its traceback): the record's own line, which names the error, stays. Other exceptions keep their tracebacks."""
+    """Drops the traceback from a log record of one of `errors`, or of an error `also` says yes to (Prefect logs a
+    failed flow run's exception with its traceback): the record's own line, which names the error, stays. Other
+    exceptions keep their tracebacks."""
 
-    def __init__(self, errors: tuple[type[BaseException], ...]) -> None:
+    def __init__(self, errors: tuple[type[BaseException], ...],
+                 also: Callable[[BaseException], bool] | None = None) -> None:
         super().__init__()
-        self.errors = errors
+        self.errors, self.also = errors, also
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], self.errors):
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and (isinstance(error, self.errors) or (self.also is not None and self.also(error))):
             record.exc_info, record.exc_text = None, None
         return True
 

@@ -1,0 +1,95 @@
+"""What a stage says when it runs out of memory (`run_stage`): how much it asked for, where, and the settings that
+bound what it holds at once, with the one that changes nothing but memory first.
+
+CUDA raises torch.OutOfMemoryError. On the CPU an allocation the kernel refuses outright (more than the machine could
+ever give) raises the allocator's RuntimeError; one it grants and cannot back later ends the process with signal 9,
+where nothing can be said.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from pathlib import Path
+
+import torch
+
+from ragen.config import Config
+
+CPU_ALLOCATOR = "DefaultCPUAllocator: can't allocate memory"
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """CUDA's out-of-memory error, or the CPU allocator's refusal."""
+    return isinstance(error, torch.OutOfMemoryError) or (isinstance(error, RuntimeError)
+                                                        and CPU_ALLOCATOR in str(error))
+
+
+def asked_for(error: BaseException) -> str:
+    """What the failed allocation was, in the error's own figures: "cuda: 20.00 GiB asked, 3.06 MiB free of
+    79.19 GiB", "cpu: 37.25 GiB asked"; the error's first line where its wording is not the one known here."""
+    text = str(error)
+    cpu = re.search(r"allocate (\d+) bytes", text)
+    if CPU_ALLOCATOR in text and cpu:
+        return f"cpu: {int(cpu.group(1)) / 2**30:.2f} GiB asked"
+    cuda = re.search(r"Tried to allocate ([\d.]+ [KMGTP]?i?B)", text)
+    if cuda:
+        free = re.search(r"total capacity of ([\d.]+ [KMGTP]?i?B) of which ([\d.]+ [KMGTP]?i?B) is free", text)
+        return f"cuda: {cuda.group(1)} asked" + (f", {free.group(2)} free of {free.group(1)}" if free else "")
+    return (text.strip().splitlines() or [type(error).__name__])[0][:200]
+
+
+def project_frame(error: BaseException, root: Path) -> str:
+    """The innermost frame of the project's own code (under `root`/ragen or `root`/flows) on the error's way up:
+    "ragen/policy/scoring.py:189 (token_values)"; "" if none."""
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        path = Path(frame.filename).resolve()
+        if path.is_relative_to(root) and path.relative_to(root).parts[0] in ("ragen", "flows"):
+            return f"{path.relative_to(root).as_posix()}:{frame.lineno} ({frame.name})"
+    return ""
+
+
+def micro_batch_hint(cfg: Config, stage: str) -> str:
+    """train.micro_batch_size: trajectories per forward (and backward) pass of scoring and the update."""
+    micro, mini = cfg.train.micro_batch_size, cfg.train.mini_batch_size
+    now = (f"now 0: each mini-batch of train.mini_batch_size={mini} in one pass, and each no-grad scoring pass over the"
+           f" whole batch" if micro == 0 else f"now {micro}")
+    resume = "; update resumes from its last checkpoint with another one" if stage == "update" else ""
+    if micro == 1:
+        return (f"train.micro_batch_size is 1 already (one trajectory a pass): shorter episodes "
+                f"(rollout.max_turns={cfg.rollout.max_turns}, rollout.max_new_tokens={cfg.rollout.max_new_tokens}) "
+                f"change the experiment, or a device with more memory")
+    smaller = min(4, mini) if micro == 0 else max(1, micro // 2)
+    return (f"train.micro_batch_size={smaller} runs scoring and the update in passes of {smaller} trajectories ({now};"
+            f" it changes memory only, gradients accumulate exactly{resume})")
+
+
+def sampling_hint(count: int, what: str) -> str:
+    return f"{count} episodes sample at once ({what}; fewer change the experiment)"
+
+
+def memory_hint(stage: str, cfg: Config) -> list[str]:
+    """The settings that bound what `stage` holds at once, the one that changes memory only first."""
+    t = cfg.train
+    rollouts = sampling_hint(t.groups * t.group_size, f"train.groups={t.groups} x train.group_size={t.group_size}")
+    hints = {
+        "base": [f"base.batch_tokens={cfg.base.batch_tokens} tokens make a supervised step (fewer train another base)",
+                 sampling_hint(cfg.base.eval_episodes, f"base.eval_episodes={cfg.base.eval_episodes} per env")],
+        "rollout": [rollouts],
+        "critic_fit": [micro_batch_hint(cfg, stage)],
+        "update": [micro_batch_hint(cfg, stage), rollouts,
+                   sampling_hint(t.eval_episodes, f"train.eval_episodes={t.eval_episodes}, each val check")],
+        "evaluate": [sampling_hint(cfg.eval.episodes, f"eval.episodes={cfg.eval.episodes} per split")],
+    }.get(stage, [])
+    if cfg.model.dtype == "float32" and cfg.model.device != "cpu":
+        hints.append("on CUDA, model.dtype=bf16-mixed (auto's choice there) computes in bfloat16 over float32 weights")
+    return hints
+
+
+def out_of_memory_message(stage: str, error: BaseException, cfg: Config, root: Path) -> str:
+    """"out of memory (cuda: 20.00 GiB asked, ...) in ragen/update.py:241 (update_actor); what it holds at once:
+    ..." for `run_stage`'s last line."""
+    where = project_frame(error, root)
+    hints = memory_hint(stage, cfg)
+    return (f"out of memory ({asked_for(error)})" + (f" in {where}" if where else "")
+            + (f"; what it holds at once: {'; '.join(hints)}" if hints else ""))
