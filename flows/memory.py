@@ -50,18 +50,23 @@ def project_frame(error: BaseException, root: Path) -> str:
 
 
 def micro_batch_hint(cfg: Config, stage: str) -> str:
-    """train.micro_batch_size: trajectories per forward (and backward) pass of scoring and the update."""
-    micro, mini = cfg.train.micro_batch_size, cfg.train.mini_batch_size
-    now = (f"now 0: each mini-batch of train.mini_batch_size={mini} in one pass, and each no-grad scoring pass over the"
-           f" whole batch" if micro == 0 else f"now {micro}")
-    resume = "; update resumes from its last checkpoint with another one" if stage == "update" else ""
+    """The micro-batch limits: trajectories (train.micro_batch_size) or padded tokens (train.micro_batch_tokens) per
+    forward (and backward) pass of scoring and the update. They change memory only."""
+    micro, tokens, mini = cfg.train.micro_batch_size, cfg.train.micro_batch_tokens, cfg.train.mini_batch_size
+    exact = "it changes memory only, gradients accumulate exactly" + (
+        "; update resumes from its last checkpoint with another one" if stage == "update" else "")
+    if tokens:
+        return (f"train.micro_batch_tokens={max(1, tokens // 2)} runs scoring and the update in passes of at most "
+                f"{max(1, tokens // 2)} padded tokens (now {tokens}; {exact})")
     if micro == 1:
         return (f"train.micro_batch_size is 1 already (one trajectory a pass): shorter episodes "
                 f"(rollout.max_turns={cfg.rollout.max_turns}, rollout.max_new_tokens={cfg.rollout.max_new_tokens}) "
                 f"change the experiment, or a device with more memory")
+    now = (f"now 0: each mini-batch of train.mini_batch_size={mini} in one pass, and each no-grad scoring pass over the"
+           f" whole batch" if micro == 0 else f"now {micro}")
     smaller = min(4, mini) if micro == 0 else max(1, micro // 2)
     return (f"train.micro_batch_size={smaller} runs scoring and the update in passes of {smaller} trajectories ({now};"
-            f" it changes memory only, gradients accumulate exactly{resume})")
+            f" {exact}; train.micro_batch_tokens bounds a pass's padded tokens instead)")
 
 
 def sampling_hint(count: int, what: str) -> str:

@@ -4,7 +4,7 @@ Step 1 updates on the filtered base rollouts (stage filter); every later step ro
 process (ragen.train.train_step). Validation success at the eval temperature every `train.eval_every` steps and
 before training. Every step logs RAGEN's metric families to MLflow; a checkpoint every `train.checkpoint_every`
 steps lets a killed run resume and end exactly where an uninterrupted one would (the same params, input files and
-code only, `train.micro_batch_size` aside: `run_digest`).
+code only, the micro-batch limits aside: `run_digest`).
 
 Writes models/policy/, models/critic/, metrics/train.json and metrics/train_steps.csv (for `dvc plots`).
 Run: `python -m flows.update [key=value ...]`.
@@ -66,10 +66,10 @@ def run_digest(cfg: Config, envs_dir: str, base_dir: str, critic_dir: str, rollo
     filtered from) and the source code. A run resumed on other inputs or code would end nowhere an uninterrupted
     run ends: say the base was trained again, or the code pulled anew, after the kill.
 
-    `train.micro_batch_size` does not count: it changes the memory a step holds and nothing else (its passes'
-    gradients add up to the one-pass gradient, to float rounding), so a run that ran out of memory resumes from
-    its checkpoint in smaller passes."""
-    cfg = replace(cfg, train=replace(cfg.train, micro_batch_size=0))
+    `train.micro_batch_size` and `train.micro_batch_tokens` do not count: they change the memory a step holds and
+    nothing else (its passes' gradients add up to the one-pass gradient, to float rounding), so a run that ran out
+    of memory resumes from its checkpoint in smaller passes."""
+    cfg = replace(cfg, train=replace(cfg.train, micro_batch_size=0, micro_batch_tokens=0))
     inputs = [tree_digest(path) for path in (Path(envs_dir) / cfg.train.env, base_dir, critic_dir, rollouts)]
     inputs.append(tree_digest(base_rollouts) if base_rollouts is not None else "")
     return config_digest(cfg, inputs, source_digest())[:16]

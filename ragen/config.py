@@ -195,6 +195,8 @@ class TrainConfig:
     mini_batch_size: int = 32  # trajectories per optimizer step (RAGEN ppo_mini_batch_size)
     micro_batch_size: int = 0  # trajectories per forward and backward pass, gradients accumulated to the mini-batch's
     #   exactly (RAGEN micro_batch_size_per_gpu: 1, or 4 in the paper's version); bounds memory only; 0: all at once
+    micro_batch_tokens: int = 0  # padded tokens per pass at most (rows x the pass's longest; verl use_dynamic_bsz
+    #   bounds passes by tokens too); 0: no limit. Either limit runs rows in order of length, longest first
     ppo_epochs: int = 1  # passes over each step's batch, critic and actor (RAGEN ppo_epochs)
     eval_every: int = 10  # steps between val evaluations (and before training)
     eval_episodes: int = 64  # val instances per evaluation
@@ -397,7 +399,7 @@ AT_LEAST_ONE = ["model.vocab_size", "model.hidden_size", "model.num_layers", "mo
                 "train.group_size", "train.mini_batch_size", "train.ppo_epochs", "train.eval_every",
                 "train.eval_episodes", "train.checkpoint_every", "eval.episodes", "eval.samples"]
 NON_NEGATIVE = ["base.warmup_steps", "base.weight_decay", "train.weight_decay", "train.max_optimal_moves",
-                "train.micro_batch_size",
+                "train.micro_batch_size", "train.micro_batch_tokens",
                 "critic.warmup_epochs", "critic.ppo_epochs", "algo.entropy_coef", "algo.kl_coef",
                 "algo.first_action_coef", "eval.temperature"]
 POSITIVE = ["base.lr", "train.lr", "critic.lr", "train.grad_clip", "critic.value_clip", "algo.clip_eps_high"]
@@ -406,6 +408,7 @@ BOUNDS = [(AT_LEAST_ONE, ">= 1", lambda x: x >= 1), (NON_NEGATIVE, ">= 0", lambd
           (POSITIVE, "> 0", lambda x: x > 0), (UNIT_INTERVAL, "in [0, 1]", lambda x: 0.0 <= x <= 1.0)]
 HINTS = {"eval.samples": "episodes per val or test instance", "train.max_optimal_moves": "0: no limit",
          "train.micro_batch_size": "0: the whole mini-batch in one pass",
+         "train.micro_batch_tokens": "0: no limit on a pass's padded tokens",
          "critic.warmup_epochs": "0: the critic starts unwarmed, a zero value head",
          "critic.ppo_epochs": "0: as many as train.ppo_epochs",
          "algo.first_action_coef": "a negative one would pay for a template"}

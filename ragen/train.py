@@ -36,7 +36,7 @@ from ragen.policy.scoring import score_sequences, shareable_prefix
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import policy_responder, run_episodes, summarize
 from ragen.shaping import make_potential
-from ragen.update import UpdateSettings, fit_values, score_batch, update
+from ragen.update import UpdateSettings, batch_passes, fit_values, score_batch, update
 
 
 @dataclass
@@ -60,7 +60,8 @@ def update_settings(cfg: Config) -> UpdateSettings:
         kl_reward_coef=a.kl_coef if a.kl == "reward_k1" else 0.0, value_clip=cfg.critic.value_clip,
         aggregation=a.aggregation, mini_batch_size=cfg.train.mini_batch_size, epochs=cfg.train.ppo_epochs,
         critic_epochs=cfg.critic.ppo_epochs, grad_clip=cfg.train.grad_clip, old_logprobs=a.old_logprobs,
-        grpo_by_std=a.grpo_by_std, micro_batch_size=cfg.train.micro_batch_size)
+        grpo_by_std=a.grpo_by_std, micro_batch_size=cfg.train.micro_batch_size,
+        micro_batch_tokens=cfg.train.micro_batch_tokens)
 
 
 def step_specs(cfg: Config, pool: Sequence[int], step: int) -> list[EpisodeSpec]:
@@ -161,7 +162,7 @@ def warm_critic(cfg: Config, critic: PreTrainedModel, batch: RolloutBatch, targe
     optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr, weight_decay=cfg.train.weight_decay)
     return fit_values(critic, optimizer, batch, targets, epochs=cfg.critic.warmup_epochs,
                       mini_batch_size=cfg.train.mini_batch_size, grad_clip=cfg.train.grad_clip,
-                      micro_batch_size=cfg.train.micro_batch_size)
+                      micro_batch_size=cfg.train.micro_batch_size, micro_batch_tokens=cfg.train.micro_batch_tokens)
 
 
 def make_batch(cfg: Config, learner: Learner, kept: Sequence[Trajectory], scores: torch.Tensor
@@ -172,7 +173,7 @@ def make_batch(cfg: Config, learner: Learner, kept: Sequence[Trajectory], scores
     if cfg.algo.kl != "none" and learner.ref is not None:
         prefix_len = shareable_prefix(batch.input_ids, batch.attention_mask, batch.loss_mask)  # as score_batch
         ref_logprobs, _ = score_sequences(learner.ref, batch.input_ids, batch.attention_mask, with_entropy=False,
-                                          prefix_len=prefix_len, micro_batch=cfg.train.micro_batch_size or 16)
+                                          prefix_len=prefix_len, passes=batch_passes(batch, update_settings(cfg)))
     return batch, ref_logprobs
 
 

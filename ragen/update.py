@@ -7,7 +7,8 @@
 Mini-batches of `mini_batch_size` trajectories, one optimizer step each, `epochs` passes over the batch in the same
 order (RAGEN: 32 trajectories, ppo_epochs 1, no shuffle); the critic takes `critic_epochs` passes (verl's
 critic.ppo_epochs; 0: as many as the actor), in the same mini-batch loop, so its passes beyond the actor's run after
-them; each mini-batch runs in passes of `micro_batch_size` trajectories (0: one pass) whose losses, weighted by
+them; each mini-batch runs in passes of at most `micro_batch_size` trajectories and `micro_batch_tokens` padded
+tokens (`micro_batches`; 0 and 0: one pass) whose losses, weighted by
 their share of what the mini-batch's loss averages over (`ragen.losses.aggregation_share`), accumulate into the
 gradient of one pass over the mini-batch (RAGEN's micro_batch_size_per_gpu, without verl's dependence of the loss on
 it); gradients clipped to `grad_clip`; a non-finite gradient norm skips the optimizer step and is counted.
@@ -58,6 +59,7 @@ class UpdateSettings:
     old_logprobs: str = "rescore"  # rescore (a no-grad pass before the first step, RAGEN) | sampler (the rollout's own)
     grpo_by_std: bool = True  # grpo: divide by the group's return std (False: Dr. GRPO, centred returns only)
     micro_batch_size: int = 0  # rows per forward and backward pass, gradients accumulated (0: the whole mini-batch)
+    micro_batch_tokens: int = 0  # padded tokens per pass at most (0: no limit); either limit sorts rows by length
 
 
 def _gae(batch: RolloutBatch, values: torch.Tensor | None, s: UpdateSettings) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,10 +99,39 @@ def _prefix_len(s: UpdateSettings, input_ids: torch.Tensor, attention_mask: torc
     return shareable_prefix(input_ids, attention_mask, loss_mask) if s.share_prefix else 0
 
 
-def micro_batches(start: int, stop: int, micro_batch_size: int) -> list[slice]:
-    """Rows [start, stop) of a mini-batch in slices of `micro_batch_size` rows (0: one slice of them all)."""
-    size = micro_batch_size or stop - start
-    return [slice(row, min(row + size, stop)) for row in range(start, stop, size)]
+def micro_batches(lengths: torch.Tensor, start: int, stop: int, *, max_rows: int = 0, max_tokens: int = 0
+                  ) -> list[torch.Tensor]:
+    """Rows [start, stop) of a batch in passes (row indices), each of at most `max_rows` rows and at most
+    `max_tokens` padded tokens (0: no limit); `lengths` (B,) are the rows' real tokens.
+
+        padded tokens of a pass = rows in it x its longest row
+    (the width the pass runs at: scoring cuts the padding all its rows share). Without limits: one pass, the rows in
+    order. With one, the rows go longest first (ties in row order) and each pass takes them while its limits hold,
+    so rows of like length run together and short ones pack densely under a token limit (verl's use_dynamic_bsz
+    bounds its passes by tokens as well); a row longer than `max_tokens` runs alone. The longest rows run first,
+    so a pass too large for memory fails at once."""
+    rows = torch.arange(start, stop)
+    if not max_rows and not max_tokens:
+        return [rows]
+    lengths = lengths.cpu()
+    order = rows[torch.argsort(-lengths[start:stop], stable=True)].tolist()
+    passes: list[list[int]] = [[]]
+    for row in order:
+        current = passes[-1]
+        longest = int(lengths[current[0]]) if current else 0  # longest first: the pass's first row
+        full = bool(current) and ((max_rows and len(current) >= max_rows)
+                                  or (max_tokens and (len(current) + 1) * max(longest, int(lengths[row])) > max_tokens))
+        if full:
+            passes.append([])
+        passes[-1].append(row)
+    return [torch.tensor(p, dtype=torch.long) for p in passes]
+
+
+def batch_passes(batch: RolloutBatch, settings: UpdateSettings) -> list[torch.Tensor]:
+    """The whole batch in the passes its no-grad scoring runs in (`micro_batches` under the settings' limits)."""
+    lengths = batch.attention_mask.sum(-1)  # (B,)
+    return micro_batches(lengths, 0, lengths.shape[0], max_rows=settings.micro_batch_size,
+                         max_tokens=settings.micro_batch_tokens)
 
 
 def _clip_and_step(optimizer: torch.optim.Optimizer, params, grad_clip: float) -> tuple[float, bool]:
@@ -139,13 +170,13 @@ def score_batch(policy: PreTrainedModel, critic: PreTrainedModel | None, batch: 
         raise ValueError(f"unknown old_logprobs {s.old_logprobs!r}; use rescore or sampler")
     rescore = s.old_logprobs == "rescore"
     prefix_len = _prefix_len(s, batch.input_ids, batch.attention_mask, mask)
-    micro = s.micro_batch_size or batch.input_ids.shape[0]  # rows per no-grad pass
+    passes = batch_passes(batch, s)  # rows per no-grad pass
     with torch.no_grad():
-        old_values = (score_values(critic, batch.input_ids, batch.attention_mask, micro_batch=micro,
+        old_values = (score_values(critic, batch.input_ids, batch.attention_mask, passes=passes,
                                    prefix_len=prefix_len) * mask if critic is not None else None)
         old_logprobs, gap = batch.sampled_logprobs, None  # (B, T)
         if rescore:
-            old_logprobs, _ = score_sequences(policy, batch.input_ids, batch.attention_mask, micro_batch=micro,
+            old_logprobs, _ = score_sequences(policy, batch.input_ids, batch.attention_mask, passes=passes,
                                               with_entropy=False, prefix_len=prefix_len)
             sampled = batch.sampled_logprobs != 0
             gap = (old_logprobs - batch.sampled_logprobs)[sampled].abs().max().item() if sampled.any() else 0.0
@@ -157,15 +188,17 @@ def score_batch(policy: PreTrainedModel, critic: PreTrainedModel | None, batch: 
 
 
 def fit_values(critic: PreTrainedModel, optimizer: torch.optim.Optimizer, batch: RolloutBatch, targets: torch.Tensor,
-               *, epochs: int, mini_batch_size: int, grad_clip: float, micro_batch_size: int = 0) -> list[float]:
+               *, epochs: int, mini_batch_size: int, grad_clip: float, micro_batch_size: int = 0,
+               micro_batch_tokens: int = 0) -> list[float]:
     """Warm a critic up: regress V_t onto fixed Monte Carlo targets for `epochs` passes (stage critic_fit).
 
         L = 0.5 * sum_{b,t} m[b,t] (V(x_<t) - G[b,t])^2 / sum_{b,t} m[b,t]
     per mini-batch of `mini_batch_size` rows, in order, with no value clip (there is no old critic to stay near);
-    its gradient accumulated over micro-batches of `micro_batch_size` rows (`token_share`; 0: one pass).
+    its gradient accumulated over passes of at most `micro_batch_size` rows and `micro_batch_tokens` padded tokens
+    (`micro_batches`, `token_share`; 0 and 0: one pass).
     `targets` (B, T) come from `ragen.advantages.value_targets`. Returns each pass's mean mini-batch loss.
     """
-    mask = batch.loss_mask  # (B, T)
+    mask, lengths = batch.loss_mask, batch.attention_mask.sum(-1)  # (B, T), (B,)
     size, losses = batch.input_ids.shape[0], []
     critic.eval()  # no dropout or router noise: the gradients of the values the critic gives (see `update`)
     for _ in range(epochs):
@@ -174,7 +207,7 @@ def fit_values(critic: PreTrainedModel, optimizer: torch.optim.Optimizer, batch:
             stop = min(start + mini_batch_size, size)
             optimizer.zero_grad(set_to_none=True)
             loss_sum = 0.0
-            for rows in micro_batches(start, stop, micro_batch_size):
+            for rows in micro_batches(lengths, start, stop, max_rows=micro_batch_size, max_tokens=micro_batch_tokens):
                 ids, att = batch.input_ids[rows], batch.attention_mask[rows]
                 values = token_values(critic, ids, att, prefix_len=shareable_prefix(ids, att, mask[rows]))  # (b, T)
                 share = token_share(mask[rows], mask[start:stop])
@@ -225,14 +258,15 @@ def update(policy: PreTrainedModel, critic: PreTrainedModel | None, actor_opt: t
     def add(name: str, value: float) -> None:
         stats.setdefault(name, []).append(value)
 
-    size = batch.input_ids.shape[0]
+    size, lengths = batch.input_ids.shape[0], batch.attention_mask.sum(-1)  # lengths (B,)
     critic_epochs = s.critic_epochs or s.epochs
     group_values = group_mean_values(returns, batch.group_ids, mask) if critic is not None else None  # (B, T)
     for epoch in range(max(s.epochs, critic_epochs if critic is not None else 0)):
         for start in range(0, size, s.mini_batch_size):  # each pass in the same order
             stop = min(start + s.mini_batch_size, size)
             m_mini = mask[start:stop]
-            micros = micro_batches(start, stop, s.micro_batch_size)  # one optimizer step, gradients accumulated
+            micros = micro_batches(lengths, start, stop, max_rows=s.micro_batch_size,  # one optimizer step,
+                                   max_tokens=s.micro_batch_tokens)  # gradients accumulated over its passes
             if critic is not None and epoch < critic_epochs:
                 critic_opt.zero_grad(set_to_none=True)
                 mini: dict[str, float] = {}

@@ -14,7 +14,7 @@ from ragen.policy.scoring import shareable_prefix, token_logprobs
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.records import EpisodeSpec
 from ragen.rollout import policy_responder, run_episodes
-from ragen.update import UpdateSettings, fit_values, score_batch, update, uses_critic
+from ragen.update import UpdateSettings, fit_values, micro_batches, score_batch, update, uses_critic
 
 
 @pytest.fixture(scope="module")
@@ -330,29 +330,53 @@ def test_fit_values_regresses_the_critic_onto_fixed_targets(setup):
     assert not critic.training and int(next(iter(optimizer.state.values()))["step"]) == 5
 
 
+def test_micro_batches_by_hand():
+    """Longest rows first (ties in row order), each pass filled while it holds at most max_rows rows and at most
+    max_tokens = rows x its longest row; no limit: one pass in row order."""
+    lengths = torch.tensor([3, 7, 5, 7, 2, 4])
+
+    def passes(start=0, stop=6, **limits):
+        return [p.tolist() for p in micro_batches(lengths, start, stop, **limits)]
+
+    assert passes() == [[0, 1, 2, 3, 4, 5]]
+    assert passes(max_rows=2) == [[1, 3], [2, 5], [0, 4]]
+    assert passes(max_tokens=12) == [[1], [3], [2, 5], [0, 4]]  # 2 x 7 > 12; 2 x 5 <= 12 < 3 x 5; 2 x 3
+    assert passes(max_tokens=5) == [[1], [3], [2], [5], [0], [4]]  # a row longer than the limit runs alone
+    assert passes(max_rows=2, max_tokens=20) == [[1, 3], [2, 5], [0, 4]]
+    assert passes(max_tokens=100) == [[1, 3, 2, 5, 0, 4]]  # one pass, in order of length
+    assert passes(2, 6, max_rows=2) == [[3, 2], [5, 4]]  # rows of one mini-batch only
+
+
 @pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean"])
 def test_micro_batches_accumulate_to_the_mini_batch_update(setup, aggregation):
-    """Gradient accumulation over micro-batches (`micro_batch_size`: 1, and 3 + 1 rows of each mini-batch of 4) gives
-    the update of one pass over the mini-batch: the same weights of actor and critic and the same metrics after two
-    steps with the critic and a KL loss, to float rounding; only the memory of a pass changes."""
+    """Gradient accumulation over micro-batches (`micro_batch_size`: 1, and 3 + 1 rows of each mini-batch of 4;
+    `micro_batch_tokens`: passes of one to several rows by length) gives the update of one pass over the mini-batch:
+    the same weights of actor and critic and the same metrics after two steps with the critic and a KL loss, to
+    float rounding; only the memory of a pass changes."""
     policy, trajectories = setup
     batch = spread_batch(policy, trajectories)
     ref = small_model(policy.tokenizer)
     with torch.no_grad():
         ref.model.embed_tokens.weight.mul_(1.1)  # a reference the policy differs from, so the KL term is not 0
     ref_logprobs = token_logprobs(ref, batch.input_ids, batch.attention_mask)[0].detach()
+    lengths = batch.attention_mask.sum(-1)
+    budget = int(lengths.max()) * 2  # the longest rows alone or in pairs, shorter ones packed
+    passes = micro_batches(lengths, 0, 4, max_tokens=budget) + micro_batches(lengths, 4, 8, max_tokens=budget)
+    assert len(passes) > 2 and any(len(p) > 1 for p in passes) and lengths.min() < lengths.max()
+    limits = {"whole": {}, "rows 1": {"micro_batch_size": 1}, "rows 3": {"micro_batch_size": 3},
+              "tokens": {"micro_batch_tokens": budget}}
     runs = {}
-    for micro in (0, 1, 3):
+    for name, limit in limits.items():
         model = small_model(policy.tokenizer)
         critic = build_critic(model)
         actor_opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
-        s = settings(aggregation=aggregation, micro_batch_size=micro, kl_loss="k3", kl_coef=0.1)
+        s = settings(aggregation=aggregation, kl_loss="k3", kl_coef=0.1, **limit)
         stats = [update(model, critic, actor_opt, critic_opt, batch, s, ref_logprobs=ref_logprobs) for _ in range(2)]
-        runs[micro] = stats, [p.detach() for p in (*model.parameters(), *critic.parameters())]
-    whole_stats, whole_weights = runs[0]
+        runs[name] = stats, [p.detach() for p in (*model.parameters(), *critic.parameters())]
+    whole_stats, whole_weights = runs["whole"]
     assert whole_stats[1]["actor/kl_loss"] > 1e-4
-    for micro in (1, 3):
+    for micro in ("rows 1", "rows 3", "tokens"):
         stats, weights = runs[micro]
         for one, whole in zip(stats, whole_stats):
             assert one.keys() == whole.keys()
@@ -366,15 +390,15 @@ def test_fit_values_in_micro_batches_fits_as_in_one_pass(setup):
     batch = spread_batch(policy, trajectories)
     targets = torch.linspace(-1, 1, len(trajectories))[:, None] * batch.loss_mask  # (B, T)
     runs = []
-    for micro in (0, 3):
+    for limits in ({}, {"micro_batch_size": 3}, {"micro_batch_tokens": int(batch.attention_mask.sum(-1).max()) * 3}):
         critic = build_critic(small_model(policy.tokenizer))
         optimizer = torch.optim.AdamW(critic.parameters(), lr=1e-2)
-        losses = fit_values(critic, optimizer, batch, targets, epochs=3, mini_batch_size=8, grad_clip=1.0,
-                            micro_batch_size=micro)
+        losses = fit_values(critic, optimizer, batch, targets, epochs=3, mini_batch_size=8, grad_clip=1.0, **limits)
         runs.append((losses, [p.detach() for p in critic.parameters()]))
-    (whole_losses, whole_weights), (losses, weights) = runs
-    assert losses == pytest.approx(whole_losses, rel=1e-5)
-    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(weights, whole_weights))
+    (whole_losses, whole_weights), *others = runs
+    for losses, weights in others:
+        assert losses == pytest.approx(whole_losses, rel=1e-5)
+        assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(weights, whole_weights))
 
 
 def test_a_non_finite_micro_batch_skips_the_whole_step(setup):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -149,20 +150,32 @@ def _logprobs_of(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool
     return logprobs, entropy
 
 
+def in_passes(score: Callable[[torch.Tensor], tuple[torch.Tensor | None, ...]], rows: int,
+              passes: Sequence[torch.Tensor] | None) -> tuple[torch.Tensor | None, ...]:
+    """`score(index)` -> a tuple of (b, T) tensors (or None) for each pass of row indices, each put back in row
+    order: (rows, T). `passes` None: runs of 16 consecutive rows (the default that bounds the (b, T, V) logits)."""
+    passes = passes if passes is not None else [torch.arange(s, min(s + 16, rows)) for s in range(0, rows, 16)]
+    outs: list[torch.Tensor | None] | None = None
+    for index in passes:
+        parts = score(index)  # each (b, T) or None
+        if outs is None:
+            outs = [None if part is None else part.new_zeros((rows, *part.shape[1:])) for part in parts]
+        for out, part in zip(outs, parts):
+            if out is not None:
+                out[index.to(out.device)] = part
+    return tuple(outs)
+
+
 @torch.no_grad()
 def score_sequences(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
-                    micro_batch: int = 16, with_entropy: bool = True, prefix_len: int = 0
+                    passes: Sequence[torch.Tensor] | None = None, with_entropy: bool = True, prefix_len: int = 0
                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`token_logprobs` without gradients, in micro-batches to bound the (b, T, V) logits memory; `prefix_len`
-    (the whole batch's `shareable_prefix`) runs that prefix once per micro-batch."""
-    logprobs, entropies = [], []
-    for start in range(0, input_ids.shape[0], micro_batch):
-        lp, ent = token_logprobs(model, input_ids[start : start + micro_batch],
-                                 attention_mask[start : start + micro_batch], with_entropy=with_entropy,
-                                 prefix_len=prefix_len)
-        logprobs.append(lp)
-        entropies.append(ent)
-    return torch.cat(logprobs), (torch.cat(entropies) if with_entropy else None)
+    """`token_logprobs` without gradients, pass by pass (row indices, e.g. `ragen.update.micro_batches`; see
+    `in_passes`) to bound the (b, T, V) logits memory; `prefix_len` (the whole batch's `shareable_prefix`) runs
+    that prefix once per pass. Returns (B, T) log-probs and entropies (None without)."""
+    return in_passes(lambda index: token_logprobs(model, input_ids[index], attention_mask[index],
+                                                  with_entropy=with_entropy, prefix_len=prefix_len),
+                     input_ids.shape[0], passes)
 
 
 def token_values(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
@@ -194,12 +207,11 @@ def token_values(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mas
 
 @torch.no_grad()
 def score_values(critic: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
-                 micro_batch: int = 16, prefix_len: int = 0) -> torch.Tensor:
-    """`token_values` without gradients, in micro-batches of `micro_batch` rows to bound the activations' memory;
-    `prefix_len` as in `score_sequences`. Returns (B, T)."""
-    return torch.cat([token_values(critic, input_ids[start : start + micro_batch],
-                                   attention_mask[start : start + micro_batch], prefix_len=prefix_len)
-                      for start in range(0, input_ids.shape[0], micro_batch)])
+                 passes: Sequence[torch.Tensor] | None = None, prefix_len: int = 0) -> torch.Tensor:
+    """`token_values` without gradients, pass by pass as in `score_sequences`, to bound the activations' memory;
+    `prefix_len` as there. Returns (B, T)."""
+    return in_passes(lambda index: (token_values(critic, input_ids[index], attention_mask[index],
+                                                 prefix_len=prefix_len),), input_ids.shape[0], passes)[0]
 
 
 def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor) -> int:

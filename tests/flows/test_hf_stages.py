@@ -154,7 +154,7 @@ def test_every_stage_runs_on_a_qwen3_5_checkpoint(prefect_harness, project, tmp_
     params = str(project / "params.yaml")
     (project / "params.yaml").write_text("envs:\n  val_seed: 123\n")
     small = [*SMALL, f"model.path={root / 'ckpt'}", f"model.chat_template={CHATML}",  # the template we ship
-             "train.micro_batch_size=3"]  # gradients accumulated over passes of 3, 3 and 2 rows
+             "train.micro_batch_tokens=2000"]  # gradients accumulated over passes of at most 2000 padded tokens
     envgen(params=params, overrides=small)
     base(params=params, overrides=small)
     rollout(params=params, overrides=small)

@@ -57,7 +57,7 @@ def test_the_amount_asked_for_in_the_errors_own_figures():
 def test_the_place_is_the_innermost_frame_of_our_own_code():
     ids, mask = torch.ones(3, 5, dtype=torch.long), torch.ones(3, 5, dtype=torch.long)
     with pytest.raises(RuntimeError) as caught:
-        score_values(TooLarge(), ids, mask, micro_batch=2)
+        score_values(TooLarge(), ids, mask, passes=[torch.tensor([2, 0]), torch.tensor([1])])
     where = project_frame(caught.value, SOURCE_ROOT)
     assert where.startswith("ragen/policy/scoring.py:") and where.endswith(" (token_values)")
     assert project_frame(cpu_refusal(), SOURCE_ROOT) == ""  # raised in the tests' code only
@@ -68,13 +68,19 @@ def test_the_setting_that_changes_memory_only_comes_first(tmp_path):
     assert update[0] == ("train.micro_batch_size=4 runs scoring and the update in passes of 4 trajectories (now 0: "
                          "each mini-batch of train.mini_batch_size=32 in one pass, and each no-grad scoring pass over "
                          "the whole batch; it changes memory only, gradients accumulate exactly; update resumes from "
-                         "its last checkpoint with another one)")
+                         "its last checkpoint with another one; train.micro_batch_tokens bounds a pass's padded tokens "
+                         "instead)")
     assert update[1:] == ["128 episodes sample at once (train.groups=8 x train.group_size=16; fewer change the "
                           "experiment)", "64 episodes sample at once (train.eval_episodes=64, each val check; fewer "
                           "change the experiment)"]
     halved = memory_hint("critic_fit", config(tmp_path, "train.micro_batch_size=6"))
     assert halved == ["train.micro_batch_size=3 runs scoring and the update in passes of 3 trajectories (now 6; it "
-                      "changes memory only, gradients accumulate exactly)"]
+                      "changes memory only, gradients accumulate exactly; train.micro_batch_tokens bounds a pass's "
+                      "padded tokens instead)"]
+    assert memory_hint("update", config(tmp_path, "train.micro_batch_size=1", "train.micro_batch_tokens=3000"))[0] == (
+        "train.micro_batch_tokens=1500 runs scoring and the update in passes of at most 1500 padded tokens (now 3000; "
+        "it changes memory only, gradients accumulate exactly; update resumes from its last checkpoint with another "
+        "one)")
     assert memory_hint("critic_fit", config(tmp_path, "train.micro_batch_size=1"))[0].startswith(
         "train.micro_batch_size is 1 already (one trajectory a pass): shorter episodes (rollout.max_turns=5, "
         "rollout.max_new_tokens=48) change the experiment")
@@ -88,7 +94,7 @@ def test_the_setting_that_changes_memory_only_comes_first(tmp_path):
 def test_the_message_joins_amount_place_and_settings(tmp_path):
     ids, mask = torch.ones(3, 5, dtype=torch.long), torch.ones(3, 5, dtype=torch.long)
     with pytest.raises(RuntimeError) as caught:
-        score_values(TooLarge(), ids, mask, micro_batch=2)
+        score_values(TooLarge(), ids, mask, passes=[torch.tensor([2, 0]), torch.tensor([1])])
     message = out_of_memory_message("critic_fit", caught.value, config(tmp_path), SOURCE_ROOT)
     assert message.startswith("out of memory (cpu: 268435456.00 GiB asked) in ragen/policy/scoring.py:")
     assert message.endswith("(token_values); what it holds at once: " + memory_hint("critic_fit", config(tmp_path))[0])
@@ -97,7 +103,7 @@ def test_the_message_joins_amount_place_and_settings(tmp_path):
 @flow(name="critic_fit")
 def scores_too_large(overrides=None):
     ids, mask = torch.ones(3, 5, dtype=torch.long), torch.ones(3, 5, dtype=torch.long)
-    return score_values(TooLarge(), ids, mask, micro_batch=2)
+    return score_values(TooLarge(), ids, mask, passes=[torch.tensor([2, 0]), torch.tensor([1])])
 
 
 def test_a_stage_out_of_memory_ends_with_one_line_and_no_traceback(prefect_harness, project, monkeypatch, capsys,
@@ -110,7 +116,8 @@ def test_a_stage_out_of_memory_ends_with_one_line_and_no_traceback(prefect_harne
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("critic_fit: out of memory (cpu: 268435456.00 GiB asked) in ragen/policy/scoring.py:")
     assert last.endswith("(token_values); what it holds at once: train.micro_batch_size=4 runs scoring and the update "
-                         "in passes of 4 trajectories (now 8; it changes memory only, gradients accumulate exactly)")
+                         "in passes of 4 trajectories (now 8; it changes memory only, gradients accumulate exactly; "
+                         "train.micro_batch_tokens bounds a pass's padded tokens instead)")
     failed = [r for r in caplog.records if r.name == "prefect.flow_runs" and "Encountered exception" in r.getMessage()]
     assert len(failed) == 1 and failed[0].exc_info is None and "Traceback" not in caplog.text
 

@@ -29,7 +29,7 @@ def test_source_digest_covers_the_library_and_the_flows():
     assert len(digest) == 128 and source_digest() == digest
 
 
-def test_an_update_checkpoint_resumes_with_another_micro_batch_size_and_nothing_else(tmp_path):
+def test_an_update_checkpoint_resumes_with_other_micro_batch_limits_and_nothing_else(tmp_path):
     """Passes of another size change a step's memory, not its result: a run that ran out of memory resumes in
     smaller ones. Any other param, or an input's bytes, starts the run afresh."""
     from flows.update import run_digest
@@ -46,6 +46,7 @@ def test_an_update_checkpoint_resumes_with_another_micro_batch_size_and_nothing_
 
     first = digest()
     assert digest("train.micro_batch_size=1") == first == digest("train.micro_batch_size=4")
+    assert digest("train.micro_batch_tokens=2048") == first
     assert digest("train.mini_batch_size=16") != first and digest("train.lr=0.002") != first
     (tmp_path / "base" / "model.safetensors").write_bytes(b"trained again")
     assert digest() != first

@@ -4,8 +4,8 @@ import torch
 
 from ragen.policy.sampling import left_pad
 from ragen.policy.model import build_critic, value_head
-from ragen.policy.scoring import (MIN_SHARED_PREFIX, shareable_prefix, shared_prefix_length, token_logprobs,
-                                  token_values)
+from ragen.policy.scoring import (MIN_SHARED_PREFIX, score_sequences, score_values, shareable_prefix,
+                                  shared_prefix_length, token_logprobs, token_values)
 
 
 def test_shared_prefix_length_by_hand():
@@ -127,3 +127,22 @@ def test_padding_every_row_shares_is_not_run(any_policy):
     for got, expected in [*zip(sliced, whole), (values, whole_values)]:
         assert got.shape == (1, ids.shape[1]) and (got[0, :pad] == 0).all()
         assert torch.allclose(got[0, pad:], expected[0], atol=1e-5)
+
+
+def test_scoring_in_passes_of_any_rows_puts_each_row_back_in_place(policy):
+    """score_sequences / score_values over passes of row indices in any order (longest first, as
+    `ragen.update.micro_batches` gives them) equal one pass over the batch on every token a real one precedes, row
+    for row; with the prefix run once too."""
+    sequences, ids, mask, _, lp = shared_rows(policy.tokenizer)
+    critic = build_critic(policy.model)
+    torch.nn.init.normal_(value_head(critic).weight, std=0.1)
+    passes = [torch.tensor([2, 0]), torch.tensor([1])]
+    real = torch.zeros_like(mask, dtype=torch.bool)  # real tokens after a real one (the first has no context)
+    real[:, 1:] = mask[:, 1:].bool() & mask[:, :-1].bool()
+    for prefix_len in (0, lp):
+        one = score_sequences(policy.model, ids, mask, passes=[torch.arange(3)], prefix_len=prefix_len)
+        split = score_sequences(policy.model, ids, mask, passes=passes, prefix_len=prefix_len)
+        values = score_values(critic, ids, mask, passes=passes, prefix_len=prefix_len)
+        for got, expected in [*zip(split, one), (values, score_values(critic, ids, mask, prefix_len=prefix_len))]:
+            assert got.shape == ids.shape and torch.allclose(got[real], expected[real], atol=1e-5)
+    assert score_sequences(policy.model, ids, mask, passes=passes, with_entropy=False)[1] is None
