@@ -1,17 +1,21 @@
-"""What `train.micro_batch_size` saves: the memory of one StarPO-S update at a real LLM's vocabulary, by micro-batch.
+"""What `train.micro_batch_size` and `train.micro_batch_tokens` save: the memory of one StarPO-S update at a real
+LLM's vocabulary, by micro-batch limit.
 
-    python bench/bench_micro_batch.py [--micro 0 4 1] [--rows 16] [--tokens 512] [--layers 2]
+    python bench/bench_micro_batch.py [--micro 0 4 1] [--budgets 2048] [--rows 16] [--tokens 512] [--shortest 0.5]
+                                      [--layers 2]
 
 One critic-and-actor update (`ragen.update.update`, StarPO-S: GAE with the critic, clip 0.2 / 0.28, entropy bonus,
 float32, one mini-batch of `--rows` sequences) on a random Qwen2 with Qwen2.5-0.5B-Instruct's width and its
 151,936-row tied embedding, `--layers` of its 24 layers deep (the vocabulary's logits, which a pass holds for every
 token it runs, do not depend on the depth; the layers' activations grow with it). The batch is synthetic and
-shaped like the pipeline's: left-padded rows of `--tokens / 2` to `--tokens` tokens behind one shared prompt of 64
-tokens, the response tokens trained, two groups with a spread of returns. Each `--micro` (rows per forward and
-backward pass; 0: the whole mini-batch in one) runs in a fresh process, so each peak resident memory is its own, and
-the table prints it beside the update's seconds and the gradient norms: accumulation is exact, so the norms agree
-to float rounding whatever the micro-batch. RAGEN trains Qwen2.5-0.5B with mini-batches of 32 sequences of up to
-3,600 tokens in micro-batches of 1 (or 4): one pass of a whole mini-batch there would hold 70 GB of float32 logits.
+shaped like the pipeline's: left-padded rows of `--shortest x --tokens` to `--tokens` tokens behind one shared
+prompt of 64 tokens, the response tokens trained, two groups with a spread of returns. Each `--micro` (rows per
+forward and backward pass; 0: the whole mini-batch in one) and each `--budgets` (padded tokens per pass,
+`train.micro_batch_tokens`: short rows pack densely, long ones run alone) runs in a fresh process, so each peak
+resident memory is its own, and the table prints it beside the update's seconds and the gradient norms:
+accumulation is exact, so the norms agree to float rounding whatever the passes. RAGEN trains Qwen2.5-0.5B with
+mini-batches of 32 sequences of up to 3,600 tokens in micro-batches of 1 (or 4): one pass of a whole mini-batch
+there would hold 70 GB of float32 logits.
 """
 
 from __future__ import annotations
@@ -31,19 +35,22 @@ from bench_cuda import SHAPES  # same folder
 from bench_llm_cpu import QWEN_VOCAB
 from ragen.batching import RolloutBatch
 from ragen.policy.model import build_critic
-from ragen.update import UpdateSettings, update
+from ragen.update import UpdateSettings, micro_batches, update
 
 PROMPT = 64  # tokens of the shared prompt
 
 
-def synthetic_batch(rows: int, tokens: int, vocab: int, seed: int = 0) -> RolloutBatch:
-    """`rows` left-padded sequences of tokens/2 .. `tokens` tokens: one shared prompt of PROMPT tokens, then
-    response tokens (trained); two groups, the return on each row's last token spread over -1 .. 1."""
-    if tokens // 2 <= PROMPT:
-        raise ValueError(f"--tokens {tokens}: the shortest row (tokens / 2) must outlast the {PROMPT}-token prompt")
+def synthetic_batch(rows: int, tokens: int, vocab: int, seed: int = 0, shortest: float = 0.5) -> RolloutBatch:
+    """`rows` left-padded sequences of `shortest` x `tokens` .. `tokens` tokens, evenly spread: one shared prompt of
+    PROMPT tokens, then response tokens (trained); two groups, the return on each row's last token spread over
+    -1 .. 1."""
+    low = int(tokens * shortest)
+    if low <= PROMPT:
+        raise ValueError(f"--tokens {tokens} x --shortest {shortest}: the shortest row must outlast the "
+                         f"{PROMPT}-token prompt")
     gen = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, vocab, (PROMPT,), generator=gen)
-    lengths = torch.linspace(tokens // 2, tokens, rows).round().long()
+    lengths = torch.linspace(low, tokens, rows).round().long()
     ids = torch.zeros(rows, tokens, dtype=torch.long)
     attention = torch.zeros(rows, tokens, dtype=torch.long)
     loss_mask = torch.zeros(rows, tokens, dtype=torch.bool)
@@ -74,37 +81,38 @@ def rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def measure(micro: int, rows: int, tokens: int, layers: int, vocab: int = QWEN_VOCAB, shape: str = "qwen2.5-0.5b"
-            ) -> dict[str, float]:
-    """One update of a fresh model in micro-batches of `micro` rows: seconds, peak memory before and after, and
-    the update's metrics."""
+def measure(micro: int, budget: int, rows: int, tokens: int, layers: int, vocab: int = QWEN_VOCAB,
+            shape: str = "qwen2.5-0.5b", shortest: float = 0.5) -> dict[str, float]:
+    """One update of a fresh model in passes of at most `micro` rows and `budget` padded tokens (0: no limit):
+    seconds, peak memory before and after, and the update's metrics."""
     model = build_model(layers, vocab, shape)
     critic = build_critic(model).eval()
-    batch = synthetic_batch(rows, tokens, vocab)
+    batch = synthetic_batch(rows, tokens, vocab, shortest=shortest)
     settings = UpdateSettings(advantage="gae", gamma=1.0, lam=1.0, turn_gamma=0.95, eps_low=0.2, eps_high=0.28,
                               dual_clip=None, entropy_coef=0.001, kl_loss=None, kl_coef=0.0, value_clip=0.5,
                               aggregation="token-mean", mini_batch_size=rows, grad_clip=1.0,
-                              micro_batch_size=micro)
+                              micro_batch_size=micro, micro_batch_tokens=budget)
     actor_opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
     critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-5, weight_decay=0.01)
     before = rss_gib()
     start = time.perf_counter()
     stats = update(model, critic, actor_opt, critic_opt, batch, settings)
     seconds = time.perf_counter() - start
-    return {"micro": micro, "seconds": seconds, "rss_before_gib": before, "rss_peak_gib": rss_gib(),
+    return {"micro": micro, "budget": budget, "seconds": seconds, "rss_before_gib": before, "rss_peak_gib": rss_gib(),
             "tokens": int(batch.attention_mask.sum()), "params_m": sum(p.numel() for p in model.parameters()) / 1e6,
             **{k: stats[k] for k in ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/value_loss",
                                      "critic/grad_norm")}}
 
 
-def run_child(micro: int, args: argparse.Namespace) -> dict[str, float] | str:
+def run_child(micro: int, budget: int, args: argparse.Namespace) -> dict[str, float] | str:
     """`measure` in a fresh process, or why it did not finish (killed by the kernel for memory, say)."""
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(micro), "--rows",
-                           str(args.rows), "--tokens", str(args.tokens), "--layers", str(args.layers), "--vocab",
-                           str(args.vocab), "--shape", args.shape],
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(micro), str(budget),
+                           "--rows", str(args.rows), "--tokens", str(args.tokens), "--shortest", str(args.shortest),
+                           "--layers", str(args.layers), "--vocab", str(args.vocab), "--shape", args.shape],
                           capture_output=True, text=True)
     if done.returncode != 0:
-        print(f"# micro {micro}: exit code {done.returncode}: {done.stderr.strip()[-300:]}", file=sys.stderr)
+        print(f"# micro {micro}, budget {budget}: exit code {done.returncode}: {done.stderr.strip()[-300:]}",
+              file=sys.stderr)
         return (f"killed by signal {-done.returncode}" if done.returncode < 0
                 else f"failed (exit code {done.returncode})")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -112,36 +120,43 @@ def run_child(micro: int, args: argparse.Namespace) -> dict[str, float] | str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--micro", type=int, nargs="+", default=[0, 4, 1], help="rows per pass; 0: all")
+    parser.add_argument("--micro", type=int, nargs="*", default=[0, 4, 1], help="rows per pass; 0: all")
+    parser.add_argument("--budgets", type=int, nargs="*", default=[2048], help="padded tokens per pass")
     parser.add_argument("--rows", type=int, default=16, help="sequences in the mini-batch")
     parser.add_argument("--tokens", type=int, default=512, help="the longest sequence's tokens")
+    parser.add_argument("--shortest", type=float, default=0.5, help="the shortest sequence, a fraction of --tokens")
     parser.add_argument("--layers", type=int, default=2, help="of Qwen2.5-0.5B's 24")
     parser.add_argument("--vocab", type=int, default=QWEN_VOCAB, help="output rows (Qwen2.5-0.5B's by default)")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-0.5b", help="bench_cuda's shapes")
-    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child", type=int, nargs=2, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.tokens // 2 <= PROMPT:
-        parser.error(f"--tokens must be over {2 * PROMPT + 1}: the shortest row, half the longest, holds the "
-                     f"{PROMPT}-token prompt and at least one response token")
+    if int(args.tokens * args.shortest) <= PROMPT:
+        parser.error(f"--tokens x --shortest must be over {PROMPT}: the shortest row holds the {PROMPT}-token "
+                     "prompt and at least one response token")
     if args.child is not None:
-        print(json.dumps(measure(args.child, args.rows, args.tokens, args.layers, args.vocab, args.shape)))
+        print(json.dumps(measure(*args.child, args.rows, args.tokens, args.layers, args.vocab, args.shape,
+                                 args.shortest)))
         return 0
-    print(f"# one StarPO-S update (critic and actor), a mini-batch of {args.rows} sequences of up to {args.tokens} "
-          f"tokens, shape {args.shape}, vocabulary {args.vocab:,}, {args.layers} layers, float32 on "
-          f"{torch.get_num_threads()} CPU threads (torch {torch.__version__}); each row a fresh process")
-    print("| micro-batch | passes | float32 logits a pass (GiB) | peak memory (GiB) | before the update (GiB) "
-          "| update s | tokens/s | actor grad norm | critic grad norm | value loss |")
+    lengths = synthetic_batch(args.rows, args.tokens, 2, shortest=args.shortest).attention_mask.sum(-1)
+    print(f"# one StarPO-S update (critic and actor), a mini-batch of {args.rows} sequences of "
+          f"{int(lengths.min())} to {int(lengths.max())} tokens, shape {args.shape}, vocabulary {args.vocab:,}, "
+          f"{args.layers} layers, float32 on {torch.get_num_threads()} CPU threads (torch {torch.__version__}); "
+          f"each row a fresh process")
+    print("| passes of at most | passes | float32 logits of the largest (MiB) | peak memory (GiB) "
+          "| before the update (GiB) | update s | tokens/s | actor grad norm | critic grad norm | value loss |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for micro in args.micro:
-        m = run_child(micro, args)
-        per_pass = micro or args.rows
-        logits_gib = per_pass * args.tokens * args.vocab * 4 / 2**30
+    for micro, budget in [(m, 0) for m in args.micro] + [(0, b) for b in args.budgets]:
+        passes = micro_batches(lengths, 0, args.rows, max_rows=micro, max_tokens=budget)
+        largest = max(len(p) * int(lengths[p].max()) for p in passes)  # padded tokens: rows x the longest
+        label = f"{budget} tokens" if budget else (f"{micro} rows" if micro else "all")
+        head = f"| {label} | {len(passes)} | {largest * args.vocab * 4 / 2**20:.2f} |"
+        m = run_child(micro, budget, args)
         if isinstance(m, str):
-            print(f"| {micro or 'all'} | {-(-args.rows // per_pass)} | {logits_gib:.1f} | {m} | | | | | | |")
+            print(f"{head} {m} | | | | | | |")
             continue
-        print(f"| {micro or 'all'} | {-(-args.rows // per_pass)} | {logits_gib:.1f} | {m['rss_peak_gib']:.1f} | "
-              f"{m['rss_before_gib']:.1f} | {m['seconds']:.1f} | {m['tokens'] / m['seconds']:.0f} | "
-              f"{m['actor/grad_norm']:.6f} | {m['critic/grad_norm']:.6f} | {m['critic/value_loss']:.6f} |", flush=True)
+        print(f"{head} {m['rss_peak_gib']:.1f} | {m['rss_before_gib']:.1f} | {m['seconds']:.1f} | "
+              f"{m['tokens'] / m['seconds']:.0f} | {m['actor/grad_norm']:.6f} | {m['critic/grad_norm']:.6f} | "
+              f"{m['critic/value_loss']:.6f} |", flush=True)
     return 0
 
 
