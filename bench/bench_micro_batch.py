@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     for micro, budget in [(m, 0) for m in args.micro] + [(0, b) for b in args.budgets]:
         passes = micro_batches(lengths, 0, args.rows, max_rows=micro, max_tokens=budget)
         largest = max(len(p) * int(lengths[p].max()) for p in passes)  # padded tokens: rows x the longest
-        label = f"{budget} tokens" if budget else (f"{micro} rows" if micro else "all")
+        label = f"{budget} tokens" if budget else (f"{micro} row{'s' * (micro > 1)}" if micro else "all")
         head = f"| {label} | {len(passes)} | {largest * args.vocab * 4 / 2**20:.2f} |"
         m = run_child(micro, budget, args)
         if isinstance(m, str):

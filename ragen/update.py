@@ -8,10 +8,10 @@ Mini-batches of `mini_batch_size` trajectories, one optimizer step each, `epochs
 order (RAGEN: 32 trajectories, ppo_epochs 1, no shuffle); the critic takes `critic_epochs` passes (verl's
 critic.ppo_epochs; 0: as many as the actor), in the same mini-batch loop, so its passes beyond the actor's run after
 them; each mini-batch runs in passes of at most `micro_batch_size` trajectories and `micro_batch_tokens` padded
-tokens (`micro_batches`; 0 and 0: one pass) whose losses, weighted by
-their share of what the mini-batch's loss averages over (`ragen.losses.aggregation_share`), accumulate into the
-gradient of one pass over the mini-batch (RAGEN's micro_batch_size_per_gpu, without verl's dependence of the loss on
-it); gradients clipped to `grad_clip`; a non-finite gradient norm skips the optimizer step and is counted.
+tokens (`micro_batches`; 0 and 0: one pass) whose losses, weighted by their share of what the mini-batch's loss
+averages over (`ragen.losses.aggregation_share`), accumulate into the gradient of one pass over the mini-batch
+(RAGEN's micro_batch_size_per_gpu, without verl's dependence of the loss on it); gradients clipped to `grad_clip`; a
+non-finite gradient norm skips the optimizer step and is counted.
 Old log-probs (and values) are re-scored before the first step (`score_batch`), as in RAGEN, but on the very token
 ids that were sampled (RAGEN re-tokenises text); `actor/sampler_logprob_gap` reports the largest difference from the
 sampler's own log-probs on sampled tokens, which stays at float error when rollout and training agree on tokens.
