@@ -92,8 +92,8 @@ def memory_hint(stage: str, cfg: Config) -> list[str]:
 
 
 def out_of_memory_message(stage: str, error: BaseException, cfg: Config, root: Path) -> str:
-    """"out of memory (cuda: 20.00 GiB asked, ...) in ragen/update.py:241 (update_actor); what it holds at once:
-    ..." for `run_stage`'s last line."""
+    """"out of memory (cuda: 20.00 GiB asked, ...) in ragen/policy/scoring.py:128 (token_logprobs); what it holds
+    at once: ..." for `run_stage`'s last line."""
     where = project_frame(error, root)
     hints = memory_hint(stage, cfg)
     return (f"out of memory ({asked_for(error)})" + (f" in {where}" if where else "")
