@@ -24,7 +24,7 @@ from ragen.policy import load_policy
 from ragen.policy.model import build_critic, save_meta, save_model
 from ragen.policy.scoring import score_values, shareable_prefix
 from ragen.tracking import MlflowTracker
-from ragen.train import critic_batch, select, update_settings, warm_critic
+from ragen.train import critic_batch, select, warm_critic
 from ragen.trajectory_io import read_scores, read_trajectories
 from ragen.update import batch_passes, uses_critic
 
@@ -50,7 +50,8 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
             tracker.log_metrics({"critic_fit/value_loss": loss}, step=epoch)
         mask = batch.loss_mask
         values = score_values(critic, batch.input_ids, batch.attention_mask,
-                              passes=batch_passes(batch, update_settings(cfg)),
+                              passes=batch_passes(batch, max_rows=cfg.train.micro_batch_size,
+                                                  max_tokens=cfg.train.micro_batch_tokens),
                               prefix_len=shareable_prefix(batch.input_ids, batch.attention_mask, mask))
         metrics = {"critic_fit/value_loss": losses[-1] if losses else  # warmup_epochs 0: the zero head's loss
                    0.5 * masked_mean((values - targets) ** 2, mask).item(),

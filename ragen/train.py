@@ -173,7 +173,9 @@ def make_batch(cfg: Config, learner: Learner, kept: Sequence[Trajectory], scores
     if cfg.algo.kl != "none" and learner.ref is not None:
         prefix_len = shareable_prefix(batch.input_ids, batch.attention_mask, batch.loss_mask)  # as score_batch
         ref_logprobs, _ = score_sequences(learner.ref, batch.input_ids, batch.attention_mask, with_entropy=False,
-                                          prefix_len=prefix_len, passes=batch_passes(batch, update_settings(cfg)))
+                                          prefix_len=prefix_len,
+                                          passes=batch_passes(batch, max_rows=cfg.train.micro_batch_size,
+                                                              max_tokens=cfg.train.micro_batch_tokens))
     return batch, ref_logprobs
 
 

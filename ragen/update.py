@@ -127,11 +127,10 @@ def micro_batches(lengths: torch.Tensor, start: int, stop: int, *, max_rows: int
     return [torch.tensor(p, dtype=torch.long) for p in passes]
 
 
-def batch_passes(batch: RolloutBatch, settings: UpdateSettings) -> list[torch.Tensor]:
-    """The whole batch in the passes its no-grad scoring runs in (`micro_batches` under the settings' limits)."""
+def batch_passes(batch: RolloutBatch, *, max_rows: int, max_tokens: int) -> list[torch.Tensor]:
+    """The whole batch in the passes its no-grad scoring runs in (`micro_batches` under these limits)."""
     lengths = batch.attention_mask.sum(-1)  # (B,)
-    return micro_batches(lengths, 0, lengths.shape[0], max_rows=settings.micro_batch_size,
-                         max_tokens=settings.micro_batch_tokens)
+    return micro_batches(lengths, 0, lengths.shape[0], max_rows=max_rows, max_tokens=max_tokens)
 
 
 def _clip_and_step(optimizer: torch.optim.Optimizer, params, grad_clip: float) -> tuple[float, bool]:
@@ -170,7 +169,7 @@ def score_batch(policy: PreTrainedModel, critic: PreTrainedModel | None, batch: 
         raise ValueError(f"unknown old_logprobs {s.old_logprobs!r}; use rescore or sampler")
     rescore = s.old_logprobs == "rescore"
     prefix_len = _prefix_len(s, batch.input_ids, batch.attention_mask, mask)
-    passes = batch_passes(batch, s)  # rows per no-grad pass
+    passes = batch_passes(batch, max_rows=s.micro_batch_size, max_tokens=s.micro_batch_tokens)  # no-grad passes
     with torch.no_grad():
         old_values = (score_values(critic, batch.input_ids, batch.attention_mask, passes=passes,
                                    prefix_len=prefix_len) * mask if critic is not None else None)
