@@ -37,3 +37,16 @@ def test_each_limit_runs_in_its_own_process_with_the_same_gradient(capsys):
     for other in (micro, budget):
         for column in (7, 8, 9):  # grad norms and value loss agree: accumulation is exact
             assert float(other[column]) == pytest.approx(float(whole[column]), rel=1e-4)
+
+
+def test_bf16_mixed_compute_keeps_the_passes_in_agreement(capsys):
+    """--dtype bf16-mixed: float32 weights computing in bfloat16 (`auto` on CUDA); passes of 2 give the one pass's
+    gradient to bfloat16's rounding."""
+    assert bench_micro_batch.main(["--micro", "0", "2", "--budgets", "--rows", "4", "--tokens", "160", "--layers", "1",
+                                   "--vocab", "512", "--shape", "small", "--dtype", "bf16-mixed"]) == 0
+    out = capsys.readouterr().out
+    assert ", bf16-mixed on " in out.splitlines()[0]
+    rows = [line for line in out.splitlines() if line.startswith(("| all |", "| 2 rows |"))]
+    whole, micro = ([cell.strip() for cell in row.strip("|").split("|")] for row in rows)
+    for column in (7, 8, 9):
+        assert float(micro[column]) == pytest.approx(float(whole[column]), rel=2e-2)
