@@ -36,10 +36,12 @@ from flows.report import report
 from flows.rollout import rollout
 from flows.server import prefect_api
 from flows.update import update_policy
-from ragen.ablation import AblationRun, AblationSet, RunnerSpec, expand_set, read_ablations, runner_spec
+from ragen.ablation import (AblationRun, AblationSet, RunnerSpec, expand_set, read_ablations, runner_spec,
+                            thread_workers)
 from ragen.config import Config, config_digest, load_config, to_dict
 from ragen.evaluation import mean_and_se_over_seeds
 from ragen.fileio import read_json, write_text
+from ragen.policy.model import pick_device
 from ragen.report import (echo_trap, gap_text, markdown_table, mean_series, plot_curves, read_steps_csv,
                           template_collapse, to_series)
 from ragen.tracking import MlflowTracker
@@ -129,12 +131,19 @@ def run_variant(run: AblationRun, set_name: str, out_root: str, params: str, sta
         return rl_pipeline([*run.overrides, *tracking], Path(out_root) / set_name / run.name, params=params)
 
 
-def task_runner(spec: RunnerSpec):
-    """Prefect task runner for the spec: threads here, or an existing Dask / Ray cluster."""
+def workers_here(spec: RunnerSpec, params: str) -> int:
+    """The thread pool's size for `spec` (`thread_workers`) with the device the params' `model.device` resolves to
+    on this machine."""
+    device = pick_device(load_config(params, []).model.device).type
+    return thread_workers(spec.workers, device, os.cpu_count() or 2)
+
+
+def task_runner(spec: RunnerSpec, params: str = "params.yaml"):
+    """Prefect task runner for the spec: threads here (`workers_here` at once), or an existing Dask / Ray cluster."""
     if spec.kind == "threads":
         from prefect.task_runners import ThreadPoolTaskRunner
 
-        return ThreadPoolTaskRunner(max_workers=spec.workers or max(1, (os.cpu_count() or 2) // 2))
+        return ThreadPoolTaskRunner(max_workers=workers_here(spec, params))
     try:
         if spec.kind == "dask":
             from prefect_dask import DaskTaskRunner
@@ -245,8 +254,9 @@ def ablate(set_name: str, extra: list[str] | None = None, ablations: str = "abla
             raise FileNotFoundError(f"{needed} is missing: variants share the base pipeline; run `dvc repro base` first")
     cfg = load_config(params, [])
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    workers = workers_here(spec, params) if spec.kind == "threads" else spec.workers or "auto"
     print(f"ablate | {set_name}: {len(ablation.runs)} runs on {spec.kind} "
-          f"({spec.workers or 'auto'} workers{', ' + spec.address if spec.address else ''})")
+          f"({workers} workers{', ' + spec.address if spec.address else ''})")
     with stopping_threads(stop_file(out_root, set_name, stamp)), MlflowTracker(
             cfg.tracking, stage="ablation", params={"ablation.set": set_name, "ablation.runs": len(ablation.runs),
                                                     "ablation.extra": " ".join(extra or [])},

@@ -55,8 +55,19 @@ class RunnerSpec:
     cluster at `address` through prefect-dask / prefect-ray."""
 
     kind: str = "threads"
-    workers: int = 0  # 0 = one variant per two CPU cores (at least one)
+    workers: int = 0  # 0 = one variant per two CPU cores (at least one); one at a time on CUDA (`thread_workers`)
     address: str = ""
+
+
+def thread_workers(workers: int, device: str, cpus: int) -> int:
+    """How many variants the thread pool runs at once: `workers` when set (> 0). Otherwise one per two CPU cores (at
+    least one) on the CPU, and one at a time when the models run on CUDA (`device`, the type `model.device`
+    resolves to; a variant cannot change it, `model` being a shared section): every variant trains on the same
+    device and holds its own actor, critic, gradients and AdamW state there (about 16 GB for Qwen2.5-0.5B's pair in
+    float32), so the eight at once that a 16-core GPU machine's cores would allow run it out of memory."""
+    if workers:
+        return workers
+    return 1 if device == "cuda" else max(1, cpus // 2)
 
 
 def read_ablations(path: str | Path) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ragen.ablation import AblationError, expand_set, read_ablations, runner_spec, set_names
+from ragen.ablation import AblationError, expand_set, read_ablations, runner_spec, set_names, thread_workers
 
 PARAMS = "params.yaml"
 
@@ -65,3 +65,11 @@ def test_runner_spec_takes_the_command_line_over_the_file():
         runner_spec(data, kind="mpi")
     with pytest.raises(AblationError, match="unknown key"):
         runner_spec({"runner": {"nodes": 4}})
+
+
+def test_variants_on_cuda_run_one_at_a_time_unless_told_otherwise():
+    """workers 0: one variant per two cores on the CPU; one at a time on CUDA, where every variant's models and
+    optimizer state share the one device; a set number always wins."""
+    assert thread_workers(0, "cpu", 16) == 8 and thread_workers(0, "cpu", 1) == 1
+    assert thread_workers(0, "cuda", 16) == 1
+    assert thread_workers(3, "cuda", 16) == 3 and thread_workers(3, "cpu", 2) == 3
