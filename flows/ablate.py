@@ -27,17 +27,18 @@ from typing import Any, Sequence
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.common import (check_stop, exclusively, read_seeds, source_digest, stopping_threads, tree_digest,
-                          watching, write_json)
+from flows.common import (SOURCE_ROOT, check_stop, exclusively, read_seeds, source_digest, stopping_threads,
+                          tree_digest, watching, write_json)
 from flows.critic_fit import critic_fit
 from flows.evaluate import evaluate
 from flows.filter import filter_rollouts
+from flows.memory import is_out_of_memory, memory_limits_aside, out_of_memory_message, stage_of
 from flows.report import report
 from flows.rollout import rollout
 from flows.server import prefect_api
 from flows.update import update_policy
-from ragen.ablation import (AblationRun, AblationSet, RunnerSpec, expand_set, read_ablations, runner_spec,
-                            thread_workers)
+from ragen.ablation import (AblationError, AblationRun, AblationSet, RunnerSpec, expand_set, read_ablations,
+                            runner_spec, thread_workers)
 from ragen.config import Config, config_digest, load_config, to_dict
 from ragen.evaluation import mean_and_se_over_seeds
 from ragen.fileio import read_json, write_text
@@ -64,20 +65,25 @@ def base_episodes_file(cfg: Config, set_dir: Path, base_dir: str) -> Path:
     return set_dir / ".base_eval" / f"{hashlib.sha256(payload.encode()).hexdigest()[:16]}.parquet"
 
 
+def run_record_digest(cfg: Config, base_dir: str) -> str:
+    """What a finished variant's `done.json` records: the config (tracking and the micro-batch limits aside, which
+    change memory only: `memory_limits_aside`), the source code (ragen/ and flows/) and the base policy's files."""
+    return config_digest(memory_limits_aside(cfg), source_digest(), tree_digest(base_dir))[:16]
+
+
 def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.yaml", envs_dir: str = "data/envs",
                 base_dir: str = "models/base", base_metrics: str = "metrics/base.json", force: bool = False
                 ) -> dict[str, Any]:
     """rollout -> filter -> critic_fit -> update -> evaluate -> report of one configuration into `out`.
 
     Returns update's summary (val success, timings), evaluate's results and the wall time (wall_s). Skipped, with
-    the results read back, when `out/done.json` records the same run digest (unless `force`): the same config
-    (tracking aside), the same source code (ragen/ and flows/) and the same base policy files. The base policy's
-    evaluation episodes are shared with the set's other runs that play the base alike (`base_episodes_file`;
-    `force` plays them again).
+    the results read back, when `out/done.json` records the same run digest (unless `force`; `run_record_digest`).
+    The base policy's evaluation episodes are shared with the set's other runs that play the base alike
+    (`base_episodes_file`; `force` plays them again).
     """
     overrides = list(overrides)
     cfg = load_config(params, overrides)
-    digest = config_digest(cfg, source_digest(), tree_digest(base_dir))[:16]
+    digest = run_record_digest(cfg, base_dir)
     done = out / "done.json"
     record = read_json(done, "run record", "delete it and this run is rerun") if done.exists() and not force else {}
     if record.get("digest") == digest:
@@ -125,10 +131,22 @@ def stop_file(out_root: str, set_name: str, stamp: str) -> Path:
 
 @task(cache_policy=NO_CACHE)
 def run_variant(run: AblationRun, set_name: str, out_root: str, params: str, stamp: str) -> dict[str, Any]:
+    """One variant's pipeline. Running out of memory ends it with an `AblationError` that names the variant, its
+    stage and the settings to lower (`flows.memory`), which `ragen ablate` prints as its one line."""
     tracking = [f"tracking.ablation_set={set_name}", f"tracking.variant={run.name}",
                 f"tracking.pipeline_run={set_name}-{stamp}-{run.name}"]
-    with watching(stop_file(out_root, set_name, stamp)):
-        return rl_pipeline([*run.overrides, *tracking], Path(out_root) / set_name / run.name, params=params)
+    try:
+        with watching(stop_file(out_root, set_name, stamp)):
+            return rl_pipeline([*run.overrides, *tracking], Path(out_root) / set_name / run.name, params=params)
+    except RuntimeError as error:  # torch.OutOfMemoryError is one
+        if not is_out_of_memory(error):
+            raise
+        stage = stage_of(error, SOURCE_ROOT)  # "": not through a stage's flow; update's settings are the likeliest
+        message = out_of_memory_message(stage or "update", error, load_config(params, list(run.overrides)),
+                                        SOURCE_ROOT)
+        raise AblationError(f"variant {run.name}" + (f", stage {stage}" if stage else "") + f": {message}; give "
+                            "the set the setting (`ragen ablate SET key=value`) and a rerun skips the variants that "
+                            "finished") from None
 
 
 def workers_here(spec: RunnerSpec, params: str) -> int:

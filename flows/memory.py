@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -17,6 +18,14 @@ import torch
 from ragen.config import Config
 
 CPU_ALLOCATOR = "DefaultCPUAllocator: can't allocate memory"
+STAGES = ("envgen", "base", "rollout", "filter", "critic_fit", "update", "evaluate", "report")  # flows/<stage>.py
+
+
+def memory_limits_aside(cfg: Config) -> Config:
+    """`cfg` with the settings that change memory and nothing else (the micro-batch limits: their passes' gradients
+    add up to the one-pass gradient, to float rounding) at their defaults: what a run's digest is taken of, so that a
+    run that ran out of memory resumes, or is skipped as done, under smaller passes."""
+    return replace(cfg, train=replace(cfg.train, micro_batch_size=0, micro_batch_tokens=0))
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -46,6 +55,15 @@ def project_frame(error: BaseException, root: Path) -> str:
         path = Path(frame.filename).resolve()
         if path.is_relative_to(root) and path.relative_to(root).parts[0] in ("ragen", "flows"):
             return f"{path.relative_to(root).as_posix()}:{frame.lineno} ({frame.name})"
+    return ""
+
+
+def stage_of(error: BaseException, root: Path) -> str:
+    """The pipeline stage whose flow (`root`/flows/<stage>.py) the error came up through, the innermost one; ""."""
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        path = Path(frame.filename).resolve()
+        if path.parent == root / "flows" and path.stem in STAGES:
+            return path.stem
     return ""
 
 

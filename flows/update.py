@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 import shutil
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -23,6 +22,7 @@ from prefect import flow
 
 from flows.common import (check_stop, read_seeds, read_train_pool, run_stage, source_digest, tree_digest,
                           write_json)
+from flows.memory import memory_limits_aside
 from ragen.checkpoint import load_checkpoint, read_checkpoint_meta, save_checkpoint
 from ragen.config import Config, config_digest, load_config
 from ragen.evaluation import evaluate_policy
@@ -69,7 +69,7 @@ def run_digest(cfg: Config, envs_dir: str, base_dir: str, critic_dir: str, rollo
     `train.micro_batch_size` and `train.micro_batch_tokens` do not count: they change the memory a step holds and
     nothing else (its passes' gradients add up to the one-pass gradient, to float rounding), so a run that ran out
     of memory resumes from its checkpoint in smaller passes."""
-    cfg = replace(cfg, train=replace(cfg.train, micro_batch_size=0, micro_batch_tokens=0))
+    cfg = memory_limits_aside(cfg)
     inputs = [tree_digest(path) for path in (Path(envs_dir) / cfg.train.env, base_dir, critic_dir, rollouts)]
     inputs.append(tree_digest(base_rollouts) if base_rollouts is not None else "")
     return config_digest(cfg, inputs, source_digest())[:16]

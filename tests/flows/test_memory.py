@@ -7,8 +7,11 @@ import torch
 from prefect import flow
 
 from flows.common import SOURCE_ROOT, run_stage
-from flows.memory import asked_for, is_out_of_memory, memory_hint, out_of_memory_message, project_frame
+from flows.filter import filter_rollouts
+from flows.memory import (asked_for, is_out_of_memory, memory_hint, memory_limits_aside, out_of_memory_message,
+                          project_frame, stage_of)
 from ragen.config import load_config
+from ragen.fileio import StageFileError
 from ragen.policy.scoring import score_values
 
 # torch's wording for a CUDA allocation that does not fit (c10's caching allocator), as an H100 prints it
@@ -132,3 +135,52 @@ def test_another_runtime_error_keeps_its_traceback(prefect_harness, project, mon
     monkeypatch.setattr(sys, "argv", ["critic_fit"])
     with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
         run_stage(a_bug)
+
+
+def test_the_stage_is_the_stage_flow_the_error_came_up_through(prefect_harness, project):
+    """A real stage's error (a damaged input of stage filter) came up through flows/filter.py; the tests' own
+    errors through none."""
+    (project / "params.yaml").write_text("filter:\n  keep_ratio: 0.5\n")
+    (project / "data" / "rollouts").mkdir(parents=True)
+    (project / "data" / "rollouts" / "base.parquet").write_text("not parquet")
+    with pytest.raises(StageFileError) as caught:
+        filter_rollouts(params=str(project / "params.yaml"))
+    assert stage_of(caught.value, SOURCE_ROOT) == "filter"
+    assert stage_of(cpu_refusal(), SOURCE_ROOT) == ""
+
+
+def test_memory_limits_aside_resets_only_the_micro_batch_limits(tmp_path):
+    cfg = config(tmp_path, "train.micro_batch_size=2", "train.micro_batch_tokens=900", "train.lr=0.002")
+    aside = memory_limits_aside(cfg)
+    assert (aside.train.micro_batch_size, aside.train.micro_batch_tokens, aside.train.lr) == (0, 0, 0.002)
+    assert aside == memory_limits_aside(config(tmp_path, "train.lr=0.002"))
+
+
+def test_a_variant_out_of_memory_ends_the_set_with_its_name_and_the_setting(tmp_path, monkeypatch):
+    """`ragen ablate` prints an AblationError as its one line; the variant's own overrides decide the hint. Any
+    other error of a variant passes through as it is."""
+    import flows.ablate as ablate
+    from ragen.ablation import AblationError, AblationRun
+
+    (tmp_path / "params.yaml").write_text("train:\n  mini_batch_size: 32\n")
+    run = AblationRun("starpo_s-s1", "starpo_s", 1, ("train.seed=1", "train.micro_batch_size=8"))
+    monkeypatch.setattr(ablate, "rl_pipeline", lambda *args, **kw: cpu_refusal_raised())
+    with pytest.raises(AblationError) as caught:
+        ablate.run_variant.fn(run, "set", str(tmp_path / "ablations"), str(tmp_path / "params.yaml"), "stamp")
+    text = str(caught.value)
+    assert text.startswith("variant starpo_s-s1: out of memory (cpu: 268435456.00 GiB asked) in flows/ablate.py:")
+    assert "; what it holds at once: train.micro_batch_size=4 runs scoring and the update in passes of 4 " \
+           "trajectories (now 8; " in text  # the variant's own micro-batch size, halved
+    assert text.endswith("; give the set the setting (`ragen ablate SET key=value`) and a rerun skips the variants "
+                         "that finished")
+
+    def shapes(*args, **kw):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)")
+
+    monkeypatch.setattr(ablate, "rl_pipeline", shapes)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        ablate.run_variant.fn(run, "set", str(tmp_path / "ablations"), str(tmp_path / "params.yaml"), "stamp")
+
+
+def cpu_refusal_raised():
+    raise cpu_refusal()

@@ -50,3 +50,21 @@ def test_an_update_checkpoint_resumes_with_other_micro_batch_limits_and_nothing_
     assert digest("train.mini_batch_size=16") != first and digest("train.lr=0.002") != first
     (tmp_path / "base" / "model.safetensors").write_bytes(b"trained again")
     assert digest() != first
+
+
+def test_a_finished_variant_is_skipped_under_other_micro_batch_limits(tmp_path):
+    """`ragen ablate SET train.micro_batch_size=4` (after a variant ran out of memory) reruns only what had not
+    finished: a finished variant's record digest ignores the limits, and nothing else."""
+    from flows.ablate import run_record_digest
+    from ragen.config import load_config
+
+    (tmp_path / "params.yaml").write_text("train:\n  env: bandit\n")
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "model.safetensors").write_bytes(b"weights")
+
+    def digest(*overrides):
+        return run_record_digest(load_config(str(tmp_path / "params.yaml"), list(overrides)), str(tmp_path / "base"))
+
+    first = digest()
+    assert digest("train.micro_batch_size=4", "train.micro_batch_tokens=8192") == first
+    assert digest("train.steps=20") != first and digest("algo.gamma=0.99") != first
