@@ -12,6 +12,7 @@ import re
 import traceback
 from dataclasses import replace
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -48,21 +49,26 @@ def asked_for(error: BaseException) -> str:
     return (text.strip().splitlines() or [type(error).__name__])[0][:200]
 
 
-def project_frame(error: BaseException, root: Path) -> str:
-    """The innermost frame of the project's own code (under `root`/ragen or `root`/flows) on the error's way up:
-    "ragen/policy/scoring.py:189 (token_values)"; "" if none."""
+def own_frames(error: BaseException, root: Path) -> Iterator[tuple[Path, traceback.FrameSummary]]:
+    """The frames of the project's own code (under `root`/ragen or `root`/flows) on the error's way up, innermost
+    first, each with its path relative to `root`."""
     for frame in reversed(traceback.extract_tb(error.__traceback__)):
         path = Path(frame.filename).resolve()
         if path.is_relative_to(root) and path.relative_to(root).parts[0] in ("ragen", "flows"):
-            return f"{path.relative_to(root).as_posix()}:{frame.lineno} ({frame.name})"
+            yield path.relative_to(root), frame
+
+
+def project_frame(error: BaseException, root: Path) -> str:
+    """The innermost frame of the project's own code: "ragen/policy/scoring.py:128 (token_logprobs)"; "" if none."""
+    for path, frame in own_frames(error, root):
+        return f"{path.as_posix()}:{frame.lineno} ({frame.name})"
     return ""
 
 
 def stage_of(error: BaseException, root: Path) -> str:
     """The pipeline stage whose flow (`root`/flows/<stage>.py) the error came up through, the innermost one; ""."""
-    for frame in reversed(traceback.extract_tb(error.__traceback__)):
-        path = Path(frame.filename).resolve()
-        if path.parent == root / "flows" and path.stem in STAGES:
+    for path, _ in own_frames(error, root):
+        if path.parent == Path("flows") and path.stem in STAGES:
             return path.stem
     return ""
 
