@@ -3,7 +3,8 @@ bound what it holds at once, with the one that changes nothing but memory first.
 
 CUDA raises torch.OutOfMemoryError. On the CPU an allocation the kernel refuses outright (more than the machine could
 ever give) raises the allocator's RuntimeError; one it grants and cannot back later ends the process with signal 9,
-where nothing can be said.
+where the stage can say nothing: under `make run` the warm stage server's client says it instead (flows/run.py,
+`killed_message`), from the stage's peak memory as the kernel reports it to the parent.
 """
 
 from __future__ import annotations
@@ -89,8 +90,9 @@ def micro_batch_hint(cfg: Config, stage: str) -> str:
     now = (f"now 0: each mini-batch of train.mini_batch_size={mini} in one pass, and each no-grad scoring pass over the"
            f" whole batch" if micro == 0 else f"now {micro}")
     smaller = min(4, mini) if micro == 0 else max(1, micro // 2)
-    return (f"train.micro_batch_size={smaller} runs scoring and the update in passes of {smaller} trajectories ({now};"
-            f" {exact}; train.micro_batch_tokens bounds a pass's padded tokens instead)")
+    rows = "1 trajectory" if smaller == 1 else f"{smaller} trajectories"
+    return (f"train.micro_batch_size={smaller} runs scoring and the update in passes of {rows} ({now}; {exact}; "
+            f"train.micro_batch_tokens bounds a pass's padded tokens instead)")
 
 
 def sampling_hint(count: int, what: str) -> str:
@@ -113,6 +115,40 @@ def memory_hint(stage: str, cfg: Config) -> list[str]:
     if cfg.model.dtype == "float32" and cfg.model.device != "cpu":
         hints.append("on CUDA, model.dtype=bf16-mixed (auto's choice there) computes in bfloat16 over float32 weights")
     return hints
+
+
+def machine_memory() -> int:
+    """The bytes this process may hold at most: the machine's memory, or its cgroup's limit where one is set lower
+    (a container's); 0 where /proc/meminfo cannot be read."""
+    limits = []
+    try:
+        total = re.search(r"MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text())
+        limits.append(int(total.group(1)) * 1024 if total else 0)
+    except OSError:
+        return 0
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):  # cgroup v2, v1
+        try:
+            limits.append(int(Path(path).read_text().strip()))
+        except (OSError, ValueError):  # absent, or "max"
+            pass
+    return min(limits)
+
+
+def killed_message(stage: str, peak_bytes: int, memory_bytes: int, cfg: Config | None) -> str:
+    """"killed by signal 9 (SIGKILL) at a peak of 21.9 GiB resident, 95% of the 23.0 GiB this machine gives it; a
+    SIGKILL no one sent is the kernel's out-of-memory killer ...; what it holds at once: ..." for a stage the kernel
+    ended (flows/run.py); the settings from `memory_hint` when the stage's config is known."""
+    line = "killed by signal 9 (SIGKILL)"
+    if peak_bytes:
+        line += f" at a peak of {peak_bytes / 2**30:.1f} GiB resident"
+        if memory_bytes:
+            line += f", {peak_bytes / memory_bytes:.0%} of the {memory_bytes / 2**30:.1f} GiB this machine gives it"
+    line += ("; a SIGKILL no one sent is the kernel's out-of-memory killer (`dmesg` or `journalctl -k` says so where"
+             " you may read them)")
+    hints = memory_hint(stage, cfg) if cfg is not None else []
+    if hints:
+        line += f"; what it holds at once: {'; '.join(hints)}"
+    return line
 
 
 def out_of_memory_message(stage: str, error: BaseException, cfg: Config, root: Path) -> str:

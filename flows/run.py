@@ -4,7 +4,9 @@ dvc.yaml's commands. With $RAGEN_STAGE_SERVER naming the socket of a running `fl
 `python -m flows.server`, i.e. `make run`), the stage runs in a fork of that server, which has the heavy
 libraries imported already; the output, exit code and files are the same as `python -m flows.STAGE`, which is
 what runs here otherwise (no server, a refused request, or a server that went away). Standard library only, so
-this process starts in milliseconds.
+this process starts in milliseconds. A stage in the server that ends by signal 9 (SIGKILL: on Linux, most often the
+kernel's out-of-memory killer, which gives the stage no chance to say anything) gets a last line from here: its peak
+memory against the machine's and the settings that bound what it holds at once (`flows.memory.killed_message`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import signal
 import socket
 import sys
 
-from flows.warm import CODE, HEADER, recv_exactly
+from flows.warm import CODE, HEADER, PEAK, recv_exactly
 
 
 def run_warm(path: str, module: str, argv: list[str]) -> int | None:
@@ -50,10 +52,31 @@ def run_warm(path: str, module: str, argv: list[str]) -> int | None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             (code,) = CODE.unpack(recv_exactly(conn, CODE.size))
+            (peak,) = PEAK.unpack(recv_exactly(conn, PEAK.size))
         except ConnectionError:
             print(f"the warm stage server lost stage {module} (pid {pid})", file=sys.stderr)
             return 1
+    if code == -signal.SIGKILL:
+        report_kill(module, argv, peak)
     return code if code >= 0 else 128 - code  # killed by signal N: 128 + N, as a shell reports it
+
+
+def report_kill(module: str, argv: list[str], peak: int) -> None:
+    """The last line of a stage killed by signal 9: "update: killed by signal 9 (SIGKILL) at a peak of ...". The
+    settings come from the stage's own config (params.yaml and its overrides), left out if that does not load."""
+    stage = module.removeprefix("flows.")
+    try:  # imports torch: seconds, paid only after a kill
+        from flows.memory import killed_message, machine_memory
+        from ragen.config import load_config
+
+        try:
+            cfg = load_config("params.yaml", argv)
+        except Exception:  # noqa: BLE001  (no config, or one the stage refused: the line goes without its settings)
+            cfg = None
+        line = killed_message(stage, peak, machine_memory(), cfg)
+    except Exception as error:  # noqa: BLE001  (the exit code must reach DVC whatever goes wrong here)
+        line = f"killed by signal 9 (SIGKILL) ({type(error).__name__} while saying more: {error})"
+    print(f"{stage}: {line}", file=sys.stderr)
 
 
 def main(argv: list[str]) -> int:

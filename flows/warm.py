@@ -7,7 +7,8 @@ server. It imports those libraries once, then for each stage command (`python -m
 client in dvc.yaml) forks a child that takes over the client's stdin/stdout/stderr (passed over a unix socket),
 working directory, environment and arguments, imports the project's own modules (`flows`, `ragen`) fresh from
 that directory, and runs the stage's `__main__`. The client exits with the child's exit code, so DVC sees what it
-would see without the server.
+would see without the server. The server also sends the child's peak resident memory, so that a stage the kernel
+kills for memory (signal 9, where the stage itself can say nothing) still ends with a line saying so (flows/run.py).
 
 Safe by construction:
 - only third-party libraries are preloaded; `flows.*` and `ragen.*` are always imported fresh in the child, so a
@@ -41,6 +42,7 @@ PRELOAD = [
 ]
 HEADER = struct.Struct("!Q")  # byte length of the json request that follows
 CODE = struct.Struct("!i")  # a pid, then an exit code
+PEAK = struct.Struct("!Q")  # after the exit code: the stage's peak resident memory, bytes
 SETTING_PREFIXES = ("PREFECT_", "MLFLOW_")
 OWN_PACKAGES = ("flows", "ragen")
 
@@ -153,9 +155,9 @@ def serve(path: str) -> int | None:
                 conn.sendall(b"P" + CODE.pack(pid))
             except OSError:
                 pass
-            _, status = os.waitpid(pid, 0)
+            _, status, usage = os.wait4(pid, 0)
             try:
-                conn.sendall(CODE.pack(os.waitstatus_to_exitcode(status)))
+                conn.sendall(CODE.pack(os.waitstatus_to_exitcode(status)) + PEAK.pack(usage.ru_maxrss * 1024))
             except OSError:
                 pass
 

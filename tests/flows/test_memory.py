@@ -8,8 +8,8 @@ from prefect import flow
 
 from flows.common import SOURCE_ROOT, run_stage
 from flows.filter import filter_rollouts
-from flows.memory import (asked_for, is_out_of_memory, memory_hint, memory_limits_aside, out_of_memory_message,
-                          project_frame, stage_of)
+from flows.memory import (asked_for, is_out_of_memory, killed_message, machine_memory, memory_hint,
+                          memory_limits_aside, out_of_memory_message, project_frame, stage_of)
 from ragen.config import load_config
 from ragen.fileio import StageFileError
 from ragen.policy.scoring import score_values
@@ -101,6 +101,25 @@ def test_the_message_joins_amount_place_and_settings(tmp_path):
     message = out_of_memory_message("critic_fit", caught.value, config(tmp_path), SOURCE_ROOT)
     assert message.startswith("out of memory (cpu: 268435456.00 GiB asked) in ragen/policy/scoring.py:")
     assert message.endswith("(token_values); what it holds at once: " + memory_hint("critic_fit", config(tmp_path))[0])
+
+
+def test_a_stage_killed_by_the_kernel_is_told_by_its_peak_and_the_settings(tmp_path):
+    gib = 2**30
+    line = killed_message("evaluate", 21 * gib, 24 * gib, config(tmp_path))
+    assert line == ("killed by signal 9 (SIGKILL) at a peak of 21.0 GiB resident, 88% of the 24.0 GiB this machine "
+                    "gives it; a SIGKILL no one sent is the kernel's out-of-memory killer (`dmesg` or `journalctl -k` "
+                    "says so where you may read them); what it holds at once: 256 episodes sample at once "
+                    "(eval.episodes=256 per split; fewer change the experiment)")
+    assert killed_message("update", 3 * gib, 0, config(tmp_path)).startswith(
+        "killed by signal 9 (SIGKILL) at a peak of 3.0 GiB resident; a SIGKILL no one sent")
+    assert killed_message("update", 0, 0, None) == ("killed by signal 9 (SIGKILL); a SIGKILL no one sent is the kernel's "
+                                                    "out-of-memory killer (`dmesg` or `journalctl -k` says so where "
+                                                    "you may read them)")
+
+
+def test_the_machines_memory_is_its_own_or_its_containers_limit():
+    meminfo = open("/proc/meminfo").read().split("MemTotal:")[1].split()
+    assert 2**28 < machine_memory() <= int(meminfo[0]) * 1024
 
 
 @flow(name="critic_fit")

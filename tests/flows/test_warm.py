@@ -48,6 +48,7 @@ def stage_dir(tmp_path):
     (project / "flows" / "__init__.py").write_text((ROOT / "flows" / "__init__.py").read_text())
     (project / "flows" / "warm.py").write_text((ROOT / "flows" / "warm.py").read_text())
     (project / "flows" / "run.py").write_text((ROOT / "flows" / "run.py").read_text())
+    (project / "flows" / "memory.py").write_text((ROOT / "flows" / "memory.py").read_text())
     (project / "flows" / "probe.py").write_text(PROBE)
     return project
 
@@ -92,3 +93,29 @@ def test_a_malformed_request_closes_the_descriptors_it_carried():
     assert leaked == set()
     os.close(read_end)
     os.close(write_end)
+
+
+KILLED = """
+import os, signal
+held = bytearray(300 * 2**20)  # touched: resident
+os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer ends a process
+"""
+
+
+def test_a_stage_killed_outright_ends_with_a_line_of_its_peak_memory_and_the_settings(warm_server, tmp_path):
+    path, _, env = warm_server
+    project = stage_dir(tmp_path)
+    (project / "flows" / "evaluate.py").write_text(KILLED)
+    (project / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    done = run_client(project, env | {"RAGEN_STAGE_SERVER": path}, "evaluate", "eval.episodes=96")
+    assert done.returncode == 137  # 128 + SIGKILL, as a shell reports it
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("evaluate: killed by signal 9 (SIGKILL) at a peak of ")
+    peak = float(last.split("at a peak of ")[1].split(" GiB")[0])
+    assert 0.3 <= peak < 8  # the 300 MiB it held and the preloaded libraries, as the kernel counted them
+    assert last.endswith("what it holds at once: 96 episodes sample at once (eval.episodes=96 per split; fewer "
+                         "change the experiment)")  # from the stage's own config and overrides
+    (project / "params.yaml").write_text("no_such_section: {}\n")  # a config the stage would refuse
+    done = run_client(project, env | {"RAGEN_STAGE_SERVER": path}, "evaluate")
+    assert done.returncode == 137
+    assert done.stderr.strip().splitlines()[-1].endswith("says so where you may read them)")
