@@ -14,12 +14,18 @@ else by a digest of the resolved config and the git commit, so the stages of one
 
 The default store is the local `mlruns/` folder: `sqlite:///<root>/mlruns/mlflow.db` with artifacts under
 `mlruns/artifacts/`. `tracking.uri` in params.yaml, or else $MLFLOW_TRACKING_URI, replaces it.
+
+A run's end is recorded by its process (FINISHED, FAILED or KILLED). A process killed outright (signal 9: the kernel's
+out-of-memory killer) records nothing, so each run is tagged ragen.process (host, pid and start time), and each new
+run first closes the runs of its experiment on this host whose process has ended: they read KILLED, with the tag
+ragen.ended saying why (`close_ended_runs`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import time
 import urllib.error
@@ -31,9 +37,11 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 logging.getLogger("alembic").setLevel(logging.WARNING)
 
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
+from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from ragen.config import Config, TrackingConfig, config_digest, flatten, to_dict  # noqa: E402
+from ragen.liveness import has_ended, process_tag  # noqa: E402
 from ragen.presets import nearest_preset  # noqa: E402
 
 MAX_PARAM_CHARS = 6000
@@ -106,15 +114,40 @@ def run_tags(config: Config) -> dict[str, str]:
 
 
 def ensure_experiment(client: MlflowClient, name: str, uri: str) -> str:
+    """The experiment's id, created if the store has none of that name. Two processes that start on a new store at
+    once (an ablation set's Dask workers) may both try to create it; the one that loses reads the winner's."""
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
     location = None  # a local sqlite store keeps its artifacts beside it, e.g. mlruns/artifacts/
     if uri.startswith("sqlite:///"):
         location = (Path(uri.removeprefix("sqlite:///")).parent / "artifacts").as_uri()
-    # the UI opens a "model training" experiment on its runs and charts (not the GenAI traces overview)
-    return client.create_experiment(name, artifact_location=location,
-                                    tags={"mlflow.experimentKind": "custom_model_development"})
+    try:  # the UI opens a "model training" experiment on its runs and charts (not the GenAI traces overview)
+        return client.create_experiment(name, artifact_location=location,
+                                        tags={"mlflow.experimentKind": "custom_model_development"})
+    except MlflowException:
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
+
+
+def close_ended_runs(client: MlflowClient, experiment_id: str) -> list[str]:
+    """Close the runs of the experiment left RUNNING on this host by a process that has ended without recording
+    their end (`ragen.liveness.has_ended`): each reads KILLED from now, tagged ragen.ended. Their ids."""
+    host = socket.gethostname().replace("'", "")
+    left = client.search_runs([experiment_id], max_results=1000, filter_string=(
+        f"attributes.status = 'RUNNING' and tags.`ragen.process` LIKE '{host}/%'"))
+    closed = []
+    for run in left:
+        tag = run.data.tags.get("ragen.process", "")
+        if has_ended(tag):
+            client.set_tag(run.info.run_id, "ragen.ended", (
+                f"its process ({tag}: host/pid/start) ended without recording the run's end, killed outright "
+                f"(signal 9: most often the kernel's out-of-memory killer); closed as KILLED by a later run"))
+            client.set_terminated(run.info.run_id, status="KILLED")
+            closed.append(run.info.run_id)
+    return closed
 
 
 class MlflowTracker:
@@ -157,6 +190,8 @@ class MlflowTracker:
             tags["mlflow.parentRunId"] = self.pipeline_run_id
         elif self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
+        close_ended_runs(self.client, experiment_id)
+        tags["ragen.process"] = process_tag()
         run = self.client.create_run(experiment_id, tags=tags, run_name=f"{self.stage}-{time.strftime('%Y%m%d-%H%M%S')}")
         self.run_id = run.info.run_id
         self._log_params(self.run_id)

@@ -1,10 +1,16 @@
 """MLflow tracking: stage runs nest under one pipeline run, carry the standard tags, params and artifacts."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from mlflow.tracking import MlflowClient
 
 from ragen.config import load_config
-from ragen.tracking import MlflowTracker, TrackingError, pipeline_run_id, preset_of
+from ragen.liveness import has_ended, process_tag
+from ragen.tracking import MlflowTracker, TrackingError, ensure_experiment, pipeline_run_id, preset_of
 
 
 @pytest.fixture
@@ -83,3 +89,71 @@ def test_unreachable_server_fails_before_any_work():
     cfg = load_config("params.yaml", ["tracking.uri=http://127.0.0.1:9"])
     with pytest.raises(TrackingError, match="did not answer"):
         MlflowTracker.for_stage(cfg, "update").__enter__()
+
+
+OPENS_AND_DIES = """
+import os, signal, sys, time
+from ragen.config import load_config
+from ragen.liveness import has_ended, process_tag
+from ragen.tracking import MlflowTracker
+cfg = load_config("params.yaml", [f"tracking.uri={sys.argv[1]}"])
+with MlflowTracker.for_stage(cfg, "update") as tracker:
+    tracker.log_metrics({"actor/pg_loss": 0.1}, step=1)
+    print(tracker.run_id, flush=True)
+    if sys.argv[2] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer ends it: no cleanup runs
+    time.sleep(600)
+"""
+
+
+def test_a_run_left_running_by_a_killed_process_is_closed_by_the_next_run(store, tmp_path):
+    uri, client = store
+    root = Path(__file__).resolve().parents[1]
+    script = tmp_path / "opens_and_dies.py"
+    script.write_text(OPENS_AND_DIES)
+
+    def opener(how):
+        return subprocess.Popen([sys.executable, str(script), uri, how], cwd=root, stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(root)})
+
+    ensure_experiment(client, "ragen", uri)  # the store's tables and experiment exist before either process opens it
+    killed, alive = opener("kill"), opener("live")
+    try:
+        killed_run, alive_run = killed.stdout.readline().strip(), alive.stdout.readline().strip()
+        assert killed.wait(timeout=60) == -9
+        assert client.get_run(killed_run).info.status == "RUNNING"  # what the kill left
+        with MlflowTracker.for_stage(config(uri), "evaluate", root=tmp_path) as tracker:
+            pass
+        closed = client.get_run(killed_run)
+        assert closed.info.status == "KILLED" and closed.info.end_time is not None
+        assert "ended without recording the run's end, killed outright" in closed.data.tags["ragen.ended"]
+        assert client.get_run(alive_run).info.status == "RUNNING"  # its process still runs: left alone
+        assert client.get_run(tracker.run_id).info.status == "FINISHED"
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+def test_a_process_has_ended_when_its_pid_is_gone_or_started_again_and_never_on_another_host():
+    own = process_tag()
+    host, pid, started = own.rsplit("/", 2)
+    assert pid == str(os.getpid()) and started.isdigit() and not has_ended(own)
+    assert has_ended(f"{host}/{pid}/{int(started) + 1}")  # the pid, but a process started at another time
+    child = subprocess.Popen(["sleep", "30"])
+    tag = process_tag(child.pid)
+    assert not has_ended(tag)
+    child.kill()
+    child.wait()
+    assert has_ended(tag)
+    assert not has_ended(f"another-host-{host}/{child.pid}/1") and not has_ended("not a tag")
+
+
+def test_a_process_that_loses_the_race_to_create_the_experiment_reads_the_winners(store, monkeypatch):
+    uri, client = store
+    winner = ensure_experiment(client, "ragen", uri)
+    late = MlflowClient(tracking_uri=uri)
+    looked = []
+    # the other process creates it between this one's look and its create
+    monkeypatch.setattr(late, "get_experiment_by_name", lambda name: looked.append(name) or (
+        None if len(looked) == 1 else client.get_experiment_by_name(name)))
+    assert ensure_experiment(late, "ragen", uri) == winner and looked == ["ragen", "ragen"]

@@ -1,0 +1,51 @@
+"""Whether the process that opened something (an MLflow run) is still alive, from a tag it left: its host, its pid
+and its start time.
+
+A process the kernel kills outright (signal 9: the out-of-memory killer, `kill -9`, a batch system's hard limit)
+runs none of its cleanups, so what it opened stays open: an MLflow run reads RUNNING for ever. A later process can
+close it only if it can tell that the opener is gone and not just running elsewhere, so it needs more than a pid,
+which the kernel reuses: the pid's start time (clock ticks after boot, /proc/<pid>/stat field 22) tells a reused pid
+from the original. Another host's processes cannot be seen from here, so they always count as alive.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+
+def start_time(pid: int) -> str:
+    """The start time of process `pid` in clock ticks after boot; "" where /proc cannot tell (no such process, or no
+    /proc: not Linux)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]  # after "pid (comm)": state is field 3, starttime field 22
+
+
+def process_tag(pid: int | None = None) -> str:
+    """"<host>/<pid>/<start time>" of process `pid` (this one by default)."""
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}/{pid}/{start_time(pid)}"
+
+
+def has_ended(tag: str) -> bool:
+    """True when the process `tag` names (`process_tag`) ran on this host and is certainly gone: no process has its
+    pid, or the one that has it started at another time (a reused pid). False when it may still run: alive, on
+    another host, or a tag that cannot be read."""
+    parts = tag.rsplit("/", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return False
+    host, pid, started = parts[0], int(parts[1]), parts[2]
+    if host != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's process has the pid: alive; its start time still tells
+        pass
+    now = start_time(pid)
+    return bool(started and now and now != started)
