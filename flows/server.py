@@ -7,6 +7,8 @@ command with PREFECT_API_URL pointing at it, and stops it afterwards, so each st
 SIGHUP to this process ends the command's whole process tree first (`run_command`, `ending_on_termination`). An
 already configured PREFECT_API_URL is used as it is. Beside it runs a warm stage server (flows/warm.py), so the
 stages of dvc.yaml (`python -m flows.run STAGE`) skip their ~4 s of library imports. `make run` uses this.
+Flow runs started under `prefect_api` carry their process's tag, so that a later run can mark Crashed those whose
+process was killed outright and never reported their end (`own_flow_runs`).
 """
 
 from __future__ import annotations
@@ -140,7 +142,8 @@ def prefect_api() -> Iterator[None]:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     if PREFECT_API_URL.value():
-        yield
+        with own_flow_runs():
+            yield
         return
     with contextlib.ExitStack() as stack:
         try:
@@ -152,7 +155,53 @@ def prefect_api() -> Iterator[None]:
             # run last in, first out: the logs, then the events, while the settings still point at the server
             stack.callback(EventsWorker.drain_all, timeout=DRAIN_TIMEOUT_S)
             stack.callback(APILogWorker.drain_all, timeout=DRAIN_TIMEOUT_S)
+        with own_flow_runs():
+            yield
+
+
+PROCESS_TAG = "ragen.process:"  # + ragen.liveness.process_tag(): host/pid/start time
+
+
+@contextlib.contextmanager
+def own_flow_runs() -> Iterator[None]:
+    """Within the block, the flow runs started carry this process's tag (ragen.process:<host>/<pid>/<start>), and
+    before it the API's runs left RUNNING by a process that has ended are marked Crashed (`close_ended_flow_runs`)."""
+    from prefect import tags
+
+    from ragen.liveness import process_tag
+
+    close_ended_flow_runs()
+    with tags(PROCESS_TAG + process_tag()):
         yield
+
+
+def close_ended_flow_runs() -> list[str]:
+    """Mark Crashed the flow runs the configured Prefect API holds as RUNNING whose process has ended without saying
+    so: killed outright (signal 9, most often the kernel's out-of-memory killer), it ran no cleanup and its run would
+    read Running for ever. Only runs tagged by a process of this host are judged (`ragen.liveness.has_ended`). Their
+    ids; nothing, and no error, when the API cannot be asked (the run goes on as it would)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    from ragen.liveness import has_ended
+
+    running = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])))
+    closed = []
+    try:
+        with get_client(sync_client=True) as client:
+            for run in client.read_flow_runs(flow_run_filter=running, limit=200):  # the API's most
+                ended = [tag for tag in run.tags if tag.startswith(PROCESS_TAG) and has_ended(tag[len(PROCESS_TAG):])]
+                if ended:
+                    client.set_flow_run_state(run.id, Crashed(message=(
+                        f"its process ({ended[0][len(PROCESS_TAG):]}: host/pid/start) ended without reporting the "
+                        f"run's end, killed outright (signal 9: most often the kernel's out-of-memory killer); marked "
+                        f"by a later run")), force=True)
+                    closed.append(str(run.id))
+    except Exception:  # noqa: BLE001  (bookkeeping of earlier runs must not stop this one)
+        pass
+    return closed
 
 
 @contextlib.contextmanager

@@ -3,8 +3,10 @@
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import psutil
@@ -12,6 +14,8 @@ import pytest
 
 from flows.server import _healthy, main, prefect_api
 from processes import own_session, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_command_runs_against_a_started_server_and_keeps_its_exit_code(tmp_path, monkeypatch):
@@ -115,3 +119,57 @@ def test_a_local_server_that_does_not_start_leaves_the_run_to_prefects_own(tmp_p
             assert not PREFECT_API_URL.value()
     err = capsys.readouterr().err
     assert "the local Prefect server did not start; see" in err and "uses Prefect's temporary server instead" in err
+
+
+RUNS_AND_DIES = """
+import os, signal, sys, time
+from prefect import flow
+from flows.server import prefect_api
+
+@flow(name="probe")
+def probe(how):
+    print("running", flush=True)
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer ends it: no cleanup runs
+    time.sleep(600)
+
+with prefect_api():
+    probe(sys.argv[1])
+"""
+
+
+def test_a_flow_run_left_running_by_a_killed_process_is_marked_crashed_by_the_next_run(prefect_harness, tmp_path):
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    from flows.server import PROCESS_TAG
+    from ragen.liveness import process_tag
+
+    @flow(name="next")
+    def next_run():
+        return 1
+
+    script = tmp_path / "runs_and_dies.py"
+    script.write_text(RUNS_AND_DIES)
+    env = os.environ | {"PREFECT_API_URL": PREFECT_API_URL.value(), "PYTHONPATH": str(ROOT)}
+    killed, alive = (subprocess.Popen([sys.executable, str(script), how], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                      text=True) for how in ("kill", "live"))
+    try:
+        assert killed.stdout.readline() == alive.stdout.readline() == "running\n"
+        assert killed.wait(timeout=60) == -9
+        with get_client(sync_client=True) as client:
+            def state_of(pid):
+                (run,) = [r for r in client.read_flow_runs() if f"/{pid}/" in " ".join(r.tags)]
+                return client.read_flow_run(run.id).state
+            assert state_of(killed.pid).type.value == "RUNNING"  # what the kill left
+            with prefect_api():
+                done = next_run(return_state=True)
+            crashed = state_of(killed.pid)
+            assert crashed.type.value == "CRASHED" and "ended without reporting the run's end" in crashed.message
+            assert state_of(alive.pid).type.value == "RUNNING"  # its process still runs: left alone
+            mine = client.read_flow_run(done.state_details.flow_run_id)
+            assert mine.state.type.value == "COMPLETED" and PROCESS_TAG + process_tag() in mine.tags
+    finally:
+        alive.kill()
+        alive.wait()
