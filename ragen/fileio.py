@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from ragen.liveness import process_stamp, stamp_has_ended
+
 REBUILD = "delete it and run `dvc repro` to rebuild it"
 
 
@@ -17,15 +19,39 @@ class StageFileError(ValueError):
     """A file a stage wrote that cannot be read back (corrupt, truncated, or of another format or schema)."""
 
 
+def staging_prefix(dest: Path) -> str:
+    """The name of a staging file or folder for `dest`, up to its random part: ".<name>.<process stamp>.", so that
+    a later write can tell the staging left by a process killed outright (signal 9 runs no cleanup) and remove it."""
+    return f".{dest.name}.{process_stamp()}."
+
+
+def clear_ended_staging(dest: Path) -> list[Path]:
+    """Remove the staging files and folders beside `dest` whose process has ended (`ragen.liveness`): a model or a
+    checkpoint half-written by a writer the kernel killed, which would otherwise stay there, hidden, for ever."""
+    cleared = []
+    head = f".{dest.name}."
+    for entry in dest.parent.iterdir() if dest.parent.is_dir() else []:
+        stamp = entry.name[len(head):].split(".", 1)  # <stamp>.<random part><suffix>
+        if entry.name.startswith(head) and len(stamp) == 2 and stamp_has_ended(stamp[0]):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            cleared.append(entry)
+    return cleared
+
+
 @contextmanager
 def staged_dir(dest: str | Path) -> Iterator[Path]:
     """Yield an empty folder beside `dest`; on success it replaces `dest` whole, on failure it is removed.
 
-    So a writer that dies half-way leaves the previous output intact and never a half-written one.
+    So a writer that dies half-way leaves the previous output intact and never a half-written one. A writer killed
+    outright cannot remove its folder; the next write of `dest` does (`clear_ended_staging`).
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    clear_ended_staging(dest)
+    staging = Path(tempfile.mkdtemp(prefix=staging_prefix(dest), dir=dest.parent))
     staging.chmod(0o755)
     try:
         yield staging
@@ -48,7 +74,8 @@ def staged_file(dest: str | Path, suffix: str = "") -> Iterator[Path]:
     it replaces `dest`, on failure it is removed."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix, dir=dest.parent)
+    clear_ended_staging(dest)
+    fd, tmp = tempfile.mkstemp(prefix=staging_prefix(dest), suffix=suffix, dir=dest.parent)
     os.close(fd)
     try:
         yield Path(tmp)

@@ -1,5 +1,5 @@
-"""Whether the process that opened something (an MLflow run) is still alive, from a tag it left: its host, its pid
-and its start time.
+"""Whether the process that opened something (an MLflow run, a Prefect flow run, a staging folder) is still alive,
+from a tag it left: its host, its pid and its start time.
 
 A process the kernel kills outright (signal 9: the out-of-memory killer, `kill -9`, a batch system's hard limit)
 runs none of its cleanups, so what it opened stays open: an MLflow run reads RUNNING for ever. A later process can
@@ -10,6 +10,7 @@ from the original. Another host's processes cannot be seen from here, so they al
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from pathlib import Path
@@ -38,9 +39,29 @@ def has_ended(tag: str) -> bool:
     parts = tag.rsplit("/", 2)
     if len(parts) != 3 or not parts[1].isdigit():
         return False
-    host, pid, started = parts[0], int(parts[1]), parts[2]
-    if host != socket.gethostname():
+    return parts[0] == socket.gethostname() and gone(int(parts[1]), parts[2])
+
+
+def host_digest() -> str:
+    """8 hex digits of this host's name: a host in a file name (a name may hold characters a file name may not)."""
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def process_stamp() -> str:
+    """This process as a file name part: "<host digest>-<pid>-<start time>" (`stamp_has_ended`)."""
+    return f"{host_digest()}-{os.getpid()}-{start_time(os.getpid())}"
+
+
+def stamp_has_ended(stamp: str) -> bool:
+    """`has_ended` for a `process_stamp`."""
+    parts = stamp.split("-")
+    if len(parts) != 3 or not parts[1].isdigit():
         return False
+    return parts[0] == host_digest() and gone(int(parts[1]), parts[2])
+
+
+def gone(pid: int, started: str) -> bool:
+    """No process of this host has `pid`, or the one that has it did not start at `started` (a reused pid)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

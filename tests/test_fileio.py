@@ -1,9 +1,28 @@
 """Atomic file writes, and reading back YAML, JSON and parquet with errors that name the file and the fix."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import polars as pl
 import pytest
 
-from ragen.fileio import StageFileError, parquet_schema, read_json, read_parquet, read_yaml, staged_file, write_text
+from ragen.fileio import (StageFileError, parquet_schema, read_json, read_parquet, read_yaml, staged_dir, staged_file,
+                          write_text)
+
+ROOT = Path(__file__).resolve().parents[1]
+WRITES_AND_DIES = """
+import os, signal, sys, time
+from ragen.fileio import staged_dir, staged_file
+with staged_dir(sys.argv[1] + "/model") as folder, staged_file(sys.argv[1] + "/curve.png", suffix=".png") as png:
+    (folder / "weights.bin").write_bytes(b"x" * 4096)
+    png.write_bytes(b"half a png")
+    print("writing", flush=True)
+    if sys.argv[2] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer ends it: no cleanup runs
+    time.sleep(600)
+"""
 
 
 def test_staged_file_replaces_on_success_and_keeps_the_old_file_on_failure(tmp_path):
@@ -67,3 +86,36 @@ def test_read_parquet_reads_columns_and_names_each_bad_file(table, tmp_path):
             read_parquet(tmp_path / name)
         with pytest.raises(StageFileError, match=name):
             parquet_schema(tmp_path / name)
+
+
+def test_a_writer_killed_outright_leaves_staging_that_the_next_write_removes(tmp_path):
+    script = tmp_path / "writes_and_dies.py"
+    script.write_text(WRITES_AND_DIES)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".model.not-a-stamp.x").write_text("someone else's")  # hidden files that are no staging of ours stay
+    (out / ".model.old").mkdir()
+
+    def writer(how):
+        return subprocess.Popen([sys.executable, str(script), str(out), how], cwd=ROOT, stdout=subprocess.PIPE,
+                                text=True, env=os.environ | {"PYTHONPATH": str(ROOT)})
+
+    alive = writer("live")
+    try:
+        assert alive.stdout.readline() == "writing\n"
+        killed = writer("kill")
+        assert killed.stdout.readline() == "writing\n" and killed.wait(timeout=60) == -9
+        left = sorted(p.name for p in out.iterdir())
+        assert len(left) == 6  # each writer's folder and png, and the two others
+        with staged_dir(out / "model") as folder:
+            (folder / "weights.bin").write_bytes(b"whole")
+        after = sorted(p.name for p in out.iterdir())
+        assert after == sorted(n for n in left if not (n.startswith(".model.") and f"-{killed.pid}-" in n)) + ["model"]
+        with staged_file(out / "curve.png", suffix=".png") as png:
+            png.write_bytes(b"a png")
+        assert not [n for n in os.listdir(out) if f"-{killed.pid}-" in n]
+        assert len([n for n in os.listdir(out) if f"-{alive.pid}-" in n]) == 2  # its process still writes
+        assert {".model.not-a-stamp.x", ".model.old", "model", "curve.png"} <= set(os.listdir(out))
+    finally:
+        alive.kill()
+        alive.wait()

@@ -85,9 +85,9 @@ class Runs:
             self.files.add(str(Path(frame.f_code.co_filename).relative_to(ROOT)))
 
 
-# files a stage runs that decide none of its outputs: MLflow logging (with the process tag that lets a later run close
-# a run whose process was killed), and the preset a run is tagged with (a preset given as an override is resolved into
-# the params DVC tracks); stage report writes the preset into its report
+# files a stage runs that decide none of its outputs: MLflow logging, the process tags that let a later run close a run
+# or remove a staging folder whose process was killed, and the preset a run is tagged with (a preset given as an
+# override is resolved into the params DVC tracks); stage report writes the preset into its report
 NO_OUTPUT = {"ragen/tracking.py", "ragen/liveness.py", "ragen/presets.py"}
 DECIDES_OUTPUT = {"report": {"ragen/presets.py"}}
 
