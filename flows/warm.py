@@ -43,6 +43,7 @@ PRELOAD = [
 HEADER = struct.Struct("!Q")  # byte length of the json request that follows
 CODE = struct.Struct("!i")  # a pid, then an exit code
 PEAK = struct.Struct("!Q")  # after the exit code: the stage's peak resident memory, bytes
+RSS_UNIT = 1 if sys.platform == "darwin" else 1024  # bytes in a unit of ru_maxrss: KiB on Linux, bytes on macOS
 SETTING_PREFIXES = ("PREFECT_", "MLFLOW_")
 OWN_PACKAGES = ("flows", "ragen")
 
@@ -157,7 +158,7 @@ def serve(path: str) -> int | None:
                 pass
             _, status, usage = os.wait4(pid, 0)
             try:
-                conn.sendall(CODE.pack(os.waitstatus_to_exitcode(status)) + PEAK.pack(usage.ru_maxrss * 1024))
+                conn.sendall(CODE.pack(os.waitstatus_to_exitcode(status)) + PEAK.pack(usage.ru_maxrss * RSS_UNIT))
             except OSError:
                 pass
 
