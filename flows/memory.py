@@ -3,8 +3,8 @@ bound what it holds at once, with the one that changes nothing but memory first.
 
 CUDA raises torch.OutOfMemoryError. On the CPU an allocation the kernel refuses outright (more than the machine could
 ever give) raises the allocator's RuntimeError; one it grants and cannot back later ends the process with signal 9,
-where the stage can say nothing: under `make run` the warm stage server's client says it instead (flows/run.py,
-`killed_message`), from the stage's peak memory as the kernel reports it to the parent.
+where the stage can say nothing: run by DVC, its command (flows/run.py) says it instead (`killed_message`), from the
+stage's peak memory as the kernel reports it to the stage's parent.
 """
 
 from __future__ import annotations

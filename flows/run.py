@@ -2,23 +2,23 @@
 
 dvc.yaml's commands. With $RAGEN_STAGE_SERVER naming the socket of a running `flows.warm` server (set by
 `python -m flows.server`, i.e. `make run`), the stage runs in a fork of that server, which has the heavy
-libraries imported already; the output, exit code and files are the same as `python -m flows.STAGE`, which is
-what runs here otherwise (no server, a refused request, or a server that went away). Standard library only, so
-this process starts in milliseconds. A stage in the server that ends by signal 9 (SIGKILL: on Linux, most often the
-kernel's out-of-memory killer, which gives the stage no chance to say anything) gets a last line from here: its peak
-memory against the machine's and the settings that bound what it holds at once (`flows.memory.killed_message`).
+libraries imported already; otherwise (no server, a refused request, or a server that went away) it runs as
+`python -m flows.STAGE` in a child process. The output, exit code and files are the same either way. Standard
+library only, so this process starts in milliseconds. Either way this process is the stage's parent or speaks for
+it, so a stage that ends by signal 9 (SIGKILL: on Linux, most often the kernel's out-of-memory killer, which gives
+the stage no chance to say anything) gets a last line from here: its peak memory against the machine's and the
+settings that bound what it holds at once (`flows.memory.killed_message`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import runpy
 import signal
 import socket
 import sys
 
-from flows.warm import CODE, HEADER, PEAK, recv_exactly
+from flows.warm import CODE, HEADER, PEAK, RSS_UNIT, recv_exactly
 
 
 def run_warm(path: str, module: str, argv: list[str]) -> int | None:
@@ -40,16 +40,7 @@ def run_warm(path: str, module: str, argv: list[str]) -> int | None:
             return None
         (pid,) = CODE.unpack(recv_exactly(conn, CODE.size))
 
-        def forward(signum: int, _frame: object) -> None:
-            try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
-
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, forward)
-        # Ctrl-C reaches the stage directly (same process group); here it only must not kill the wait
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        forward_signals(pid)
         try:
             (code,) = CODE.unpack(recv_exactly(conn, CODE.size))
             (peak,) = PEAK.unpack(recv_exactly(conn, PEAK.size))
@@ -59,6 +50,31 @@ def run_warm(path: str, module: str, argv: list[str]) -> int | None:
     if code == -signal.SIGKILL:
         report_kill(module, argv, peak)
     return code if code >= 0 else 128 - code  # killed by signal N: 128 + N, as a shell reports it
+
+
+def forward_signals(pid: int) -> None:
+    """From here on, SIGTERM and SIGHUP to this process go on to the stage `pid`, and Ctrl-C, which reaches the stage
+    directly (same process group), does not end the wait for it."""
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, forward)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def run_child(module: str, argv: list[str]) -> int:
+    """The stage as `python -m MODULE ARGV` in a child process; its exit code, 128 + N when signal N ended it."""
+    pid = os.posix_spawn(sys.executable, [sys.executable, "-m", module, *argv], os.environ)
+    forward_signals(pid)
+    _, status, usage = os.wait4(pid, 0)  # a forwarded signal's handler returns: the wait goes on (PEP 475)
+    code = os.waitstatus_to_exitcode(status)
+    if code == -signal.SIGKILL:
+        report_kill(module, argv, usage.ru_maxrss * RSS_UNIT)
+    return code if code >= 0 else 128 - code
 
 
 def report_kill(module: str, argv: list[str], peak: int) -> None:
@@ -89,9 +105,7 @@ def main(argv: list[str]) -> int:
         code = run_warm(server, module, argv[1:])
         if code is not None:
             return code
-    sys.argv = [module, *argv[1:]]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
-    return 0
+    return run_child(module, argv[1:])
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ def test_a_stage_runs_in_a_fork_of_the_server_with_the_clients_io_cwd_env_and_ex
     assert done.stderr.strip() == "to stderr"
 
 
-def test_other_library_settings_or_no_server_run_the_stage_in_the_clients_own_process(warm_server, tmp_path):
+def test_other_library_settings_or_no_server_run_the_stage_in_a_process_of_its_own(warm_server, tmp_path):
     path, server_pid, env = warm_server
     project = stage_dir(tmp_path)
     for extra in ({"RAGEN_STAGE_SERVER": path, "MLFLOW_TRACKING_URI": "sqlite:////elsewhere.db"},
@@ -102,20 +102,22 @@ os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer end
 """
 
 
-def test_a_stage_killed_outright_ends_with_a_line_of_its_peak_memory_and_the_settings(warm_server, tmp_path):
+@pytest.mark.parametrize("warm", [True, False], ids=["in the warm server", "without it"])
+def test_a_stage_killed_outright_ends_with_a_line_of_its_peak_memory_and_the_settings(warm_server, tmp_path, warm):
     path, _, env = warm_server
+    env = env | {"RAGEN_STAGE_SERVER": path} if warm else env
     project = stage_dir(tmp_path)
     (project / "flows" / "evaluate.py").write_text(KILLED)
     (project / "params.yaml").write_text((ROOT / "params.yaml").read_text())
-    done = run_client(project, env | {"RAGEN_STAGE_SERVER": path}, "evaluate", "eval.episodes=96")
+    done = run_client(project, env, "evaluate", "eval.episodes=96")
     assert done.returncode == 137  # 128 + SIGKILL, as a shell reports it
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("evaluate: killed by signal 9 (SIGKILL) at a peak of ")
     peak = float(last.split("at a peak of ")[1].split(" GiB")[0])
-    assert 0.3 <= peak < 8  # the 300 MiB it held and the preloaded libraries, as the kernel counted them
+    assert 0.3 <= peak < 8  # the 300 MiB it held (and the warm server's preloaded libraries), as the kernel counted
     assert last.endswith("what it holds at once: 96 episodes sample at once (eval.episodes=96 per split; fewer "
                          "change the experiment)")  # from the stage's own config and overrides
     (project / "params.yaml").write_text("no_such_section: {}\n")  # a config the stage would refuse
-    done = run_client(project, env | {"RAGEN_STAGE_SERVER": path}, "evaluate")
+    done = run_client(project, env, "evaluate")
     assert done.returncode == 137
     assert done.stderr.strip().splitlines()[-1].endswith("says so where you may read them)")
