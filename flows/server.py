@@ -191,7 +191,7 @@ def close_ended_flow_runs() -> list[str]:
     closed = []
     try:
         with get_client(sync_client=True) as client:
-            for run in client.read_flow_runs(flow_run_filter=running, limit=200):  # the API's most
+            for run in client.read_flow_runs(flow_run_filter=running, limit=200):  # the most one call returns
                 ended = [tag for tag in run.tags if tag.startswith(PROCESS_TAG) and has_ended(tag[len(PROCESS_TAG):])]
                 if ended:
                     client.set_flow_run_state(run.id, Crashed(message=(
