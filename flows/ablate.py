@@ -32,7 +32,8 @@ from flows.common import (SOURCE_ROOT, check_stop, exclusively, read_seeds, sour
 from flows.critic_fit import critic_fit
 from flows.evaluate import evaluate
 from flows.filter import filter_rollouts
-from flows.memory import is_out_of_memory, memory_limits_aside, out_of_memory_message, stage_of
+from flows.memory import (is_out_of_memory, memory_limits_aside, out_of_memory_message, stage_of,
+                          worker_died_message)
 from flows.report import report
 from flows.rollout import rollout
 from flows.server import prefect_api
@@ -144,9 +145,25 @@ def run_variant(run: AblationRun, set_name: str, out_root: str, params: str, sta
         stage = stage_of(error, SOURCE_ROOT)  # "": not through a stage's flow; update's settings are the likeliest
         message = out_of_memory_message(stage or "update", error, load_config(params, list(run.overrides)),
                                         SOURCE_ROOT)
-        raise AblationError(f"variant {run.name}" + (f", stage {stage}" if stage else "") + f": {message}; give "
-                            "the set the setting (`ragen ablate SET key=value`) and a rerun skips the variants that "
-                            "finished") from None
+        raise AblationError(f"variant {run.name}" + (f", stage {stage}" if stage else "") + f": {message}; "
+                            f"{RERUN_WITH_IT}") from None
+
+
+RERUN_WITH_IT = ("give the set the setting (`ragen ablate SET key=value`) and a rerun skips the variants that "
+                 "finished")
+
+
+def variant_result(run: AblationRun, future: Any, params: str) -> dict[str, Any]:
+    """The variant's summary from its future. On a Dask cluster a variant whose every worker died (the scheduler
+    gives up after a few: distributed's KilledWorker) ends the set with an `AblationError` naming it and the
+    settings that bound what it holds at once, since a worker killed for memory is the usual cause."""
+    try:
+        return future.result()
+    except Exception as error:
+        if type(error).__name__ != "KilledWorker":
+            raise
+        raise AblationError(f"variant {run.name}: {worker_died_message(load_config(params, list(run.overrides)))}; "
+                            f"{RERUN_WITH_IT}") from None
 
 
 def workers_here(spec: RunnerSpec, params: str) -> int:
@@ -281,7 +298,7 @@ def ablate(set_name: str, extra: list[str] | None = None, ablations: str = "abla
             tags={"ragen.ablation_set": set_name, "ragen.ablation_stamp": stamp}) as tracker:
         submit = run_variant.with_options(task_run_name=f"{set_name}/{{run.name}}")
         futures = [submit.submit(run, set_name, out_root, params, stamp) for run in ablation.runs]
-        results = {run.name: future.result() for run, future in zip(ablation.runs, futures)}
+        results = {run.name: variant_result(run, future, params) for run, future in zip(ablation.runs, futures)}
         report_path, pngs = set_report(ablation, Path(out_root), results)
         for path in [report_path, *pngs]:
             tracker.log_file(path, "report")

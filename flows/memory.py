@@ -151,6 +151,14 @@ def killed_message(stage: str, peak_bytes: int, memory_bytes: int, cfg: Config |
     return line
 
 
+def worker_died_message(cfg: Config) -> str:
+    """For a variant whose every Dask worker died while running it: the usual cause and what to lower (update's
+    settings: the stage that holds the most)."""
+    return ("every Dask worker that ran it died (distributed's KilledWorker), most often killed for memory, by its "
+            "nanny at the worker's memory limit or by the kernel (the workers' logs say which); what a variant holds "
+            f"at once: {'; '.join(memory_hint('update', cfg))}")
+
+
 def out_of_memory_message(stage: str, error: BaseException, cfg: Config, root: Path) -> str:
     """"out of memory (cuda: 20.00 GiB asked, ...) in ragen/policy/scoring.py:128 (token_logprobs); what it holds
     at once: ..." for `run_stage`'s last line."""

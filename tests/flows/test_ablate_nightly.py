@@ -319,3 +319,22 @@ def test_the_same_set_runs_on_a_dask_cluster_by_configuration_only(small):
     client, experiment = client_for(small)
     updates = client.search_runs([experiment], "tags.`ragen.stage` = 'update' and tags.`ragen.ablation_set` = 'tiny'")
     assert len(updates) == 4
+
+
+@pytest.mark.slow
+def test_a_variant_whose_dask_workers_die_for_memory_ends_the_set_with_one_line(small, capsys):
+    """Workers with 600 MiB each, less than a variant's pipeline holds (torch and its model): each worker's nanny
+    kills it at its memory limit, the scheduler gives up after a few (KilledWorker), and the set ends with its one
+    line naming the variant and what to lower, exit code 2, instead of a traceback."""
+    pytest.importorskip("prefect_dask")
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                      memory_limit="600MiB") as cluster:
+        code = main(["ablate", "tiny", "--runner", "dask", "--address", cluster.scheduler_address])
+    assert code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.match(r"ragen ablate: variant (grpo|s)-s[01]: every Dask worker that ran it died \(distributed's "
+                    r"KilledWorker\), most often killed for memory", last), last
+    assert "what a variant holds at once: train.micro_batch_size=4 runs scoring" in last
+    assert last.endswith("a rerun skips the variants that finished")
