@@ -126,7 +126,7 @@ import os, signal, sys, time
 from prefect import flow
 from flows.server import prefect_api
 
-@flow(name="probe")
+@flow(name="runs_and_dies")
 def probe(how):
     print("running", flush=True)
     if how == "kill":
@@ -141,6 +141,7 @@ with prefect_api():
 def test_a_flow_run_left_running_by_a_killed_process_is_marked_crashed_by_the_next_run(prefect_harness, tmp_path):
     from prefect import flow
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
     from prefect.settings import PREFECT_API_URL
 
     from flows.server import PROCESS_TAG
@@ -159,8 +160,9 @@ def test_a_flow_run_left_running_by_a_killed_process_is_marked_crashed_by_the_ne
         assert killed.stdout.readline() == alive.stdout.readline() == "running\n"
         assert killed.wait(timeout=60) == -9
         with get_client(sync_client=True) as client:
-            def state_of(pid):
-                (run,) = [r for r in client.read_flow_runs() if f"/{pid}/" in " ".join(r.tags)]
+            def state_of(pid):  # the session's server holds every test's runs: this flow's only
+                runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["runs_and_dies"])))
+                (run,) = [r for r in runs if f"/{pid}/" in " ".join(r.tags)]
                 return client.read_flow_run(run.id).state
             assert state_of(killed.pid).type.value == "RUNNING"  # what the kill left
             with prefect_api():
