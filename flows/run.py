@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 
-from flows.warm import CODE, HEADER, PEAK, RSS_UNIT, recv_exactly
+from flows.warm import CODE, HEADER, PEAK, reap, recv_exactly
 
 
 def run_warm(path: str, module: str, argv: list[str]) -> int | None:
@@ -47,9 +47,7 @@ def run_warm(path: str, module: str, argv: list[str]) -> int | None:
         except ConnectionError:
             print(f"the warm stage server lost stage {module} (pid {pid})", file=sys.stderr)
             return 1
-    if code == -signal.SIGKILL:
-        report_kill(module, argv, peak)
-    return code if code >= 0 else 128 - code  # killed by signal N: 128 + N, as a shell reports it
+    return stage_exit(module, argv, code, peak)
 
 
 def forward_signals(pid: int) -> None:
@@ -70,10 +68,14 @@ def run_child(module: str, argv: list[str]) -> int:
     """The stage as `python -m MODULE ARGV` in a child process; its exit code, 128 + N when signal N ended it."""
     pid = os.posix_spawn(sys.executable, [sys.executable, "-m", module, *argv], os.environ)
     forward_signals(pid)
-    _, status, usage = os.wait4(pid, 0)  # a forwarded signal's handler returns: the wait goes on (PEP 475)
-    code = os.waitstatus_to_exitcode(status)
+    return stage_exit(module, argv, *reap(pid))
+
+
+def stage_exit(module: str, argv: list[str], code: int, peak: int) -> int:
+    """The stage's exit code as a shell reports it (128 + N when signal N ended it), after its last line when that
+    signal was SIGKILL (`report_kill`)."""
     if code == -signal.SIGKILL:
-        report_kill(module, argv, usage.ru_maxrss * RSS_UNIT)
+        report_kill(module, argv, peak)
     return code if code >= 0 else 128 - code
 
 

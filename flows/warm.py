@@ -86,6 +86,13 @@ def receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
         raise
 
 
+def reap(pid: int) -> tuple[int, int]:
+    """Wait for child `pid` to end: its exit code (-N when signal N ended it) and its peak resident memory in bytes.
+    A signal handler that returns meanwhile does not end the wait (PEP 475)."""
+    _, status, usage = os.wait4(pid, 0)
+    return os.waitstatus_to_exitcode(status), usage.ru_maxrss * RSS_UNIT
+
+
 def run_child(request: dict[str, Any], fds: list[int]) -> int:
     """In the forked child: become the client's stage process and run the stage; returns its exit code."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -156,9 +163,9 @@ def serve(path: str) -> int | None:
                 conn.sendall(b"P" + CODE.pack(pid))
             except OSError:
                 pass
-            _, status, usage = os.wait4(pid, 0)
+            code, peak = reap(pid)
             try:
-                conn.sendall(CODE.pack(os.waitstatus_to_exitcode(status)) + PEAK.pack(usage.ru_maxrss * RSS_UNIT))
+                conn.sendall(CODE.pack(code) + PEAK.pack(peak))
             except OSError:
                 pass
 
