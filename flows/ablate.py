@@ -130,6 +130,10 @@ def stop_file(out_root: str, set_name: str, stamp: str) -> Path:
     return Path(out_root) / set_name / ".stopped" / stamp
 
 
+RERUN_WITH_IT = ("give the set the setting (`ragen ablate SET key=value`) and a rerun skips the variants that "
+                 "finished")
+
+
 @task(cache_policy=NO_CACHE)
 def run_variant(run: AblationRun, set_name: str, out_root: str, params: str, stamp: str) -> dict[str, Any]:
     """One variant's pipeline. Running out of memory ends it with an `AblationError` that names the variant, its
@@ -147,10 +151,6 @@ def run_variant(run: AblationRun, set_name: str, out_root: str, params: str, sta
                                         SOURCE_ROOT)
         raise AblationError(f"variant {run.name}" + (f", stage {stage}" if stage else "") + f": {message}; "
                             f"{RERUN_WITH_IT}") from None
-
-
-RERUN_WITH_IT = ("give the set the setting (`ragen ablate SET key=value`) and a rerun skips the variants that "
-                 "finished")
 
 
 def variant_result(run: AblationRun, future: Any, params: str) -> dict[str, Any]:
