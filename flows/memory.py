@@ -117,6 +117,11 @@ def memory_hint(stage: str, cfg: Config) -> list[str]:
     return hints
 
 
+def holding(hints: list[str], subject: str = "it") -> str:
+    """"; what it holds at once: <hint>; <hint>" ending a memory message, "" without hints."""
+    return f"; what {subject} holds at once: {'; '.join(hints)}" if hints else ""
+
+
 def machine_memory() -> int:
     """The bytes this process may hold at most: the machine's memory, or its cgroup's limit where one is set lower
     (a container's); 0 where /proc/meminfo cannot be read."""
@@ -145,24 +150,19 @@ def killed_message(stage: str, peak_bytes: int, memory_bytes: int, cfg: Config |
             line += f", {peak_bytes / memory_bytes:.0%} of the {memory_bytes / 2**30:.1f} GiB this machine gives it"
     line += ("; a SIGKILL no one sent is the kernel's out-of-memory killer (`dmesg` or `journalctl -k` says so where"
              " you may read them)")
-    hints = memory_hint(stage, cfg) if cfg is not None else []
-    if hints:
-        line += f"; what it holds at once: {'; '.join(hints)}"
-    return line
+    return line + holding(memory_hint(stage, cfg) if cfg is not None else [])
 
 
 def worker_died_message(cfg: Config) -> str:
     """For a variant whose every Dask worker died while running it: the usual cause and what to lower (update's
     settings: the stage that holds the most)."""
     return ("every Dask worker that ran it died (distributed's KilledWorker), most often killed for memory, by its "
-            "nanny at the worker's memory limit or by the kernel (the workers' logs say which); what a variant holds "
-            f"at once: {'; '.join(memory_hint('update', cfg))}")
+            "nanny at the worker's memory limit or by the kernel (the workers' logs say which)"
+            + holding(memory_hint("update", cfg), "a variant"))
 
 
 def out_of_memory_message(stage: str, error: BaseException, cfg: Config, root: Path) -> str:
     """"out of memory (cuda: 20.00 GiB asked, ...) in ragen/policy/scoring.py:128 (token_logprobs); what it holds
     at once: ..." for `run_stage`'s last line."""
     where = project_frame(error, root)
-    hints = memory_hint(stage, cfg)
-    return (f"out of memory ({asked_for(error)})" + (f" in {where}" if where else "")
-            + (f"; what it holds at once: {'; '.join(hints)}" if hints else ""))
+    return f"out of memory ({asked_for(error)})" + (f" in {where}" if where else "") + holding(memory_hint(stage, cfg))
