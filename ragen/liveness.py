@@ -26,10 +26,15 @@ def start_time(pid: int) -> str:
     return stat.rsplit(")", 1)[1].split()[19]  # after "pid (comm)": state is field 3, starttime field 22
 
 
+def host() -> str:
+    """This host's name, the first part of a `process_tag`."""
+    return socket.gethostname()
+
+
 def process_tag(pid: int | None = None) -> str:
     """"<host>/<pid>/<start time>" of process `pid` (this one by default)."""
     pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}/{pid}/{start_time(pid)}"
+    return f"{host()}/{pid}/{start_time(pid)}"
 
 
 def has_ended(tag: str) -> bool:
@@ -39,12 +44,12 @@ def has_ended(tag: str) -> bool:
     parts = tag.rsplit("/", 2)
     if len(parts) != 3 or not parts[1].isdigit():
         return False
-    return parts[0] == socket.gethostname() and gone(int(parts[1]), parts[2])
+    return parts[0] == host() and gone(int(parts[1]), parts[2])
 
 
 def host_digest() -> str:
     """8 hex digits of this host's name: a host in a file name (a name may hold characters a file name may not)."""
-    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+    return hashlib.sha256(host().encode()).hexdigest()[:8]
 
 
 def process_stamp() -> str:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -41,7 +40,7 @@ from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from ragen.config import Config, TrackingConfig, config_digest, flatten, to_dict  # noqa: E402
-from ragen.liveness import has_ended, process_tag  # noqa: E402
+from ragen.liveness import has_ended, host, process_tag  # noqa: E402
 from ragen.presets import nearest_preset  # noqa: E402
 
 MAX_PARAM_CHARS = 6000
@@ -135,9 +134,9 @@ def ensure_experiment(client: MlflowClient, name: str, uri: str) -> str:
 def close_ended_runs(client: MlflowClient, experiment_id: str) -> list[str]:
     """Close the runs of the experiment left RUNNING on this host by a process that has ended without recording
     their end (`ragen.liveness.has_ended`): each reads KILLED from now, tagged ragen.ended. Their ids."""
-    host = socket.gethostname().replace("'", "")
+    prefix = host().split("'")[0]  # up to a quote, which would end the filter's string; `has_ended` checks the host
     left = client.search_runs([experiment_id], max_results=1000, filter_string=(
-        f"attributes.status = 'RUNNING' and tags.`ragen.process` LIKE '{host}/%'"))
+        f"attributes.status = 'RUNNING' and tags.`ragen.process` LIKE '{prefix}%'"))
     closed = []
     for run in left:
         tag = run.data.tags.get("ragen.process", "")
