@@ -58,14 +58,12 @@ def staged_dir(dest: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    old = None
+    old = dest.with_name(f".{dest.name}.old")
+    shutil.rmtree(old, ignore_errors=True)  # also one left by a writer killed between the two renames
     if dest.exists():
-        old = dest.with_name(f".{dest.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
         os.replace(dest, old)
     os.replace(staging, dest)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 @contextmanager
