@@ -17,6 +17,7 @@ import torch
 from prefect import flow
 
 from flows.common import run_stage, write_json
+from flows.lineage import check_input, made_with
 from ragen.advantages import masked_mean
 from ragen.config import load_config
 from ragen.losses import explained_variance
@@ -25,7 +26,7 @@ from ragen.policy.model import build_critic, save_meta, save_model
 from ragen.policy.scoring import score_values, shareable_prefix
 from ragen.tracking import MlflowTracker
 from ragen.train import critic_batch, select, warm_critic
-from ragen.trajectory_io import read_scores, read_trajectories
+from ragen.trajectory_io import read_scores, read_settings, read_trajectories
 from ragen.update import batch_passes, uses_critic
 
 
@@ -34,10 +35,12 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
                rollouts: str = "data/rollouts/filtered.parquet", out_dir: str = "models/critic_warm",
                metrics_path: str = "metrics/critic_fit.json") -> dict[str, float]:
     cfg = load_config(params, overrides or [])
-    trajectories = read_trajectories(rollouts)
+    trajectories, made = read_trajectories(rollouts), read_settings(rollouts)
+    check_input(rollouts, made, cfg, "critic_fit", overrides)
+    settings = made_with("critic_fit", cfg, made)
     with MlflowTracker.for_stage(cfg, "critic_fit") as tracker:
         if not uses_critic(cfg.algo.advantage):
-            save_meta(out_dir, {"critic": "none", "advantage": cfg.algo.advantage})
+            save_meta(out_dir, {"critic": "none", "advantage": cfg.algo.advantage, "settings": settings})
             write_json(metrics_path, {})
             return {}
         policy = load_policy(base_dir, **cfg.model.placement())
@@ -56,7 +59,7 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
         metrics = {"critic_fit/value_loss": losses[-1] if losses else  # warmup_epochs 0: the zero head's loss
                    0.5 * masked_mean((values - targets) ** 2, mask).item(),
                    "critic_fit/explained_var": explained_variance(values, targets, mask)}
-        save_model(critic, out_dir, meta={"critic": "warm", "trajectories": len(trajectories)})
+        save_model(critic, out_dir, meta={"critic": "warm", "trajectories": len(trajectories), "settings": settings})
         tracker.log_metrics(metrics)
         write_json(metrics_path, metrics)
         print(f"critic_fit | {len(trajectories)} trajectories x {cfg.critic.warmup_epochs} epochs | value loss "

@@ -11,10 +11,11 @@ from __future__ import annotations
 from prefect import flow
 
 from flows.common import run_stage, write_json
+from flows.lineage import check_input, made_with
 from ragen.config import load_config
 from ragen.tracking import MlflowTracker
 from ragen.train import select
-from ragen.trajectory_io import read_trajectories, write_trajectories
+from ragen.trajectory_io import read_settings, read_trajectories, write_trajectories
 
 
 @flow(name="filter")
@@ -22,7 +23,8 @@ def filter_rollouts(params: str = "params.yaml", overrides: list[str] | None = N
                     rollouts: str = "data/rollouts/base.parquet", out: str = "data/rollouts/filtered.parquet",
                     metrics_path: str = "metrics/filter.json") -> dict[str, float]:
     cfg = load_config(params, overrides or [])
-    trajectories = read_trajectories(rollouts)
+    trajectories, made = read_trajectories(rollouts), read_settings(rollouts)
+    check_input(rollouts, made, cfg, "filter", overrides)
     with MlflowTracker.for_stage(cfg, "filter") as tracker:
         kept, scores, metrics = select(cfg, trajectories)
         if not kept:  # filter.within best_success without a success, or filter.mode nonzero without a spread
@@ -31,7 +33,8 @@ def filter_rollouts(params: str = "params.yaml", overrides: list[str] | None = N
                              "successes only, filter.mode nonzero only groups whose scores differ), so update's "
                              "first step has nothing to train on; roll out more (train.groups, train.group_size) or "
                              "easier instances (train.max_optimal_moves), or use filter.within=all, filter.mode=std")
-        write_trajectories(out, kept, scores=scores.tolist())  # normalised before filtering
+        write_trajectories(out, kept, scores=scores.tolist(),  # normalised before filtering
+                           settings=made_with("filter", cfg, made))
         tracker.log_metrics(metrics)
         write_json(metrics_path, metrics)
         print(f"filter | kept {len(kept)}/{len(trajectories)} trajectories | reward-std mass kept "

@@ -8,6 +8,7 @@ from __future__ import annotations
 from prefect import flow
 
 from flows.common import read_train_pool, run_stage, write_json
+from flows.lineage import made_with
 from ragen.config import load_config
 from ragen.policy import load_policy
 from ragen.tracking import MlflowTracker
@@ -25,7 +26,7 @@ def rollout(params: str = "params.yaml", overrides: list[str] | None = None, env
         policy = load_policy(base_dir, **cfg.model.placement())
         trajectories = collect(cfg, policy, pool, step=0)
         metrics = rollout_metrics(trajectories)
-        write_trajectories(out, trajectories)
+        write_trajectories(out, trajectories, settings=made_with("rollout", cfg))
         tracker.log_metrics(metrics)
         tracker.log_table(sample_table(trajectories), "samples/base_rollouts.json")
         write_json(metrics_path, metrics)

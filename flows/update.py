@@ -22,6 +22,7 @@ from prefect import flow
 
 from flows.common import (check_stop, read_seeds, read_train_pool, run_stage, source_digest, tree_digest,
                           write_json)
+from flows.lineage import check_input
 from flows.memory import memory_limits_aside
 from ragen.checkpoint import load_checkpoint, read_checkpoint_meta, save_checkpoint
 from ragen.config import Config, config_digest, load_config
@@ -31,7 +32,7 @@ from ragen.policy import load_policy
 from ragen.policy.model import load_critic, read_meta, save_meta, save_model
 from ragen.tracking import MlflowTracker
 from ragen.train import Learner, train_step
-from ragen.trajectory_io import read_scores, read_trajectories, sample_table
+from ragen.trajectory_io import read_scores, read_settings, read_trajectories, sample_table
 from ragen.update import uses_critic
 
 # step curves also logged on the parent pipeline run, so pipeline runs (ablation variants) chart side by side
@@ -97,6 +98,10 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
     val_seeds = read_seeds(envs_dir, cfg.train.env, "val")[: cfg.train.eval_episodes]
     first_batch, first_scores = read_trajectories(rollouts), read_scores(rollouts)
     first_rollout = read_trajectories(base_rollouts) if base_rollouts is not None else None
+    for made_from in [rollouts, *([base_rollouts] if base_rollouts is not None else [])]:
+        check_input(made_from, read_settings(made_from), cfg, "update", overrides)
+    if uses_critic(cfg.algo.advantage):
+        check_input(critic_dir, read_meta(critic_dir).get("settings"), cfg, "update", overrides)
     learner = make_learner(cfg, base_dir, critic_dir)
     digest, history, start_step = run_digest(cfg, envs_dir, base_dir, critic_dir, rollouts, base_rollouts), [], 0
     ckpt = Path(checkpoint_dir)

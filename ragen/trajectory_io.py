@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import polars as pl
 
@@ -39,17 +40,22 @@ def from_frame(frame: pl.DataFrame) -> list[Trajectory]:
     return out
 
 
+SETTINGS_KEY = "ragen.settings"  # the file's key-value metadata: what made it, as JSON
+
+
 def write_trajectories(path: str | Path, trajectories: Sequence[Trajectory],
-                       scores: Sequence[float] | None = None) -> None:
+                       scores: Sequence[float] | None = None, settings: dict[str, Any] | None = None) -> None:
     """Atomic parquet write (temp file in the same folder, then rename); `scores` (one per trajectory, e.g. stage
-    filter's normalised returns) go to a `score` column that `read_scores` returns."""
+    filter's normalised returns) go to a `score` column that `read_scores` returns, `settings` (the settings that
+    made the file, e.g. flows.lineage's record) to its metadata, which `read_settings` returns."""
     frame = to_frame(trajectories)
     if scores is not None:
         if len(scores) != len(trajectories):
             raise ValueError(f"{len(scores)} scores for {len(trajectories)} trajectories")
         frame = frame.with_columns(pl.Series("score", [float(x) for x in scores], dtype=pl.Float64))
+    metadata = {SETTINGS_KEY: json.dumps(settings, sort_keys=True)} if settings is not None else None
     with staged_file(path) as tmp:
-        frame.write_parquet(tmp)
+        frame.write_parquet(tmp, metadata=metadata)
 
 
 def read_trajectories(path: str | Path) -> list[Trajectory]:
@@ -71,6 +77,18 @@ def read_scores(path: str | Path) -> list[float] | None:
     if "score" not in parquet_schema(path):
         return None
     return read_parquet(path, columns=["score"])["score"].to_list()
+
+
+def read_settings(path: str | Path) -> dict[str, Any] | None:
+    """The settings `write_trajectories` stored with the file; None for a file written without them."""
+    parquet_schema(path)  # a missing or damaged file: the error that names it
+    stored = pl.read_parquet_metadata(path).get(SETTINGS_KEY)
+    if stored is None:
+        return None
+    try:
+        return json.loads(stored)
+    except ValueError:
+        raise StageFileError(f"{path}: its {SETTINGS_KEY} metadata is not JSON; {REBUILD}") from None
 
 
 def sample_table(trajectories: Sequence[Trajectory], limit: int = 32) -> dict[str, list]:

@@ -6,7 +6,8 @@ import pytest
 
 from ragen.fileio import StageFileError
 from ragen.records import Trajectory, Turn
-from ragen.trajectory_io import instance_success_rates, read_scores, read_trajectories, write_trajectories
+from ragen.trajectory_io import (SETTINGS_KEY, instance_success_rates, read_scores, read_settings, read_trajectories,
+                                 write_trajectories)
 
 
 def played(seed):
@@ -27,16 +28,23 @@ def test_trajectories_and_scores_round_trip(tmp_path):
     assert read_scores(tmp_path / "a.parquet") is None
     write_trajectories(tmp_path / "b.parquet", batch, scores=[0.5, -0.5, 1.0, -1.0])
     assert read_scores(tmp_path / "b.parquet") == [0.5, -0.5, 1.0, -1.0]
+    assert read_settings(tmp_path / "b.parquet") is None
+    settings = {"rollout": {"train.env": "sokoban", "rollout.temperature": 0.7, "rollout.enable_think": True}}
+    write_trajectories(tmp_path / "c.parquet", batch, settings=settings)
+    assert read_settings(tmp_path / "c.parquet") == settings and read_trajectories(tmp_path / "c.parquet") == batch
 
 
 def test_a_damaged_or_foreign_trajectories_file_is_named_with_the_fix(tmp_path):
     write_trajectories(tmp_path / "good.parquet", [played(seed) for seed in range(4)])
     whole = (tmp_path / "good.parquet").read_bytes()
     (tmp_path / "cut.parquet").write_bytes(whole[:-100])  # a copy cut short
-    for read in (read_trajectories, read_scores):
+    for read in (read_trajectories, read_scores, read_settings):
         with pytest.raises(StageFileError, match=r"cut.parquet: not a readable parquet file .*; delete it and run "
                                                  r"`dvc repro` to rebuild it"):
             read(tmp_path / "cut.parquet")
+    pl.DataFrame({"tag": ["sokoban"]}).write_parquet(tmp_path / "meta.parquet", metadata={SETTINGS_KEY: "{cut"})
+    with pytest.raises(StageFileError, match=r"meta.parquet: its ragen.settings metadata is not JSON; delete it"):
+        read_settings(tmp_path / "meta.parquet")
     # an instance table (stage envgen's) passed where trajectories belong
     pl.DataFrame({"seed": [1, 2], "optimal_moves": [3, 4]}).write_parquet(tmp_path / "train.parquet")
     with pytest.raises(StageFileError, match=r"train.parquet: no column 'tag', 'group_id', 'turns', .* \(it has "

@@ -17,7 +17,9 @@ import flows.filter
 import flows.report
 import flows.rollout
 import flows.update
+from flows.lineage import CHAIN, KEYS, NOT_DECIDING, own_settings
 from ragen import config as config_module
+from ragen.config import Config
 from smallproject import ROOT, write_params
 
 # where is the stage's flow function, and which module's load_config it calls
@@ -33,13 +35,15 @@ SECTIONS = {"envs": config_module.EnvsConfig, "model": config_module.ModelConfig
 
 def not_for_an_output(frame) -> bool:
     """A read under ragen.tracking (MLflow's params and tags, the preset a run is tagged with), under config_digest
-    (a checkpoint's and a run's identity) or by Prefect itself (it walks a task's arguments for its run record):
-    it decides no output. A dataclass copy (asdict, replace) counts: what it copies is used."""
+    (a checkpoint's and a run's identity), under flows.lineage (an input's record compared with the run's settings:
+    whether the stage runs, not what it writes; the keys it records are the stage's own, which it reads anyway) or by
+    Prefect itself (it walks a task's arguments for its run record): it decides no output. A dataclass copy (asdict,
+    replace) counts: what it copies is used."""
     if "/prefect/" in frame.f_code.co_filename:
         return True
     while frame is not None:
         code = frame.f_code
-        if code.co_filename.endswith("ragen/tracking.py") or code.co_name == "config_digest":
+        if code.co_filename.endswith(("ragen/tracking.py", "flows/lineage.py")) or code.co_name == "config_digest":
             return True
         frame = frame.f_back
     return False
@@ -136,6 +140,12 @@ def test_every_config_key_and_source_file_a_stage_uses_is_declared_in_dvc_yaml(p
     assert "critic.warmup_epochs" in read_by["critic_fit"] and "algo.clip_eps_high" in read_by["update"]
     assert {"eval.temperature", "eval.samples"} <= read_by["evaluate"] and "train.steps" in read_by["report"]
     assert not uncovered, f"config keys read by a stage but not among its params in dvc.yaml: {uncovered}"
+    # what each output of the RL chain records of its settings (flows.lineage) covers every key its stage read that
+    # can change it, and the stages before it; each recorded key is among the stage's params
+    for stage in KEYS:
+        recorded = {key for before in CHAIN[: CHAIN.index(stage) + 1] for key in own_settings(before, Config())}
+        assert read_by[stage] - set(NOT_DECIDING) <= recorded, (stage, read_by[stage] - set(NOT_DECIDING) - recorded)
+        assert all(covered(key, stages[stage]["params"]) for key in own_settings(stage, Config())), stage
     # and the profiler works: each stage runs the code it is known to run
     assert "ragen/instances.py" in ran["envgen"] and "ragen/warmstart.py" in ran["base"]
     assert {"ragen/rollout.py", "ragen/envs/frozen_lake.py"} <= ran["rollout"] and "ragen/filters.py" in ran["filter"]

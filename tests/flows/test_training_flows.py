@@ -13,12 +13,13 @@ from flows.critic_fit import critic_fit
 from flows.envgen import envgen
 from flows.evaluate import evaluate
 from flows.filter import filter_rollouts
+from flows.lineage import OtherSettings
 from flows.rollout import rollout
 from flows.update import update_policy
 from ragen.checkpoint import CheckpointError
 from ragen.policy import load_policy
 from ragen.policy.model import read_meta
-from ragen.trajectory_io import read_scores, read_trajectories, write_trajectories
+from ragen.trajectory_io import read_scores, read_settings, read_trajectories, write_trajectories
 
 SMALL = ["envs.tags=[bandit,bandit_test]", "envs.train_size=16", "envs.val_size=6", "envs.test_size=4",
          "model.vocab_size=320", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
@@ -48,8 +49,21 @@ def test_training_stages_end_to_end(prepared):
     assert len(read_trajectories(project / "data/rollouts/base.parquet")) == 16
     kept = read_trajectories(project / "data/rollouts/filtered.parquet")
     assert len(kept) == 8 and len({t.group_id for t in kept}) == 2  # whole groups, top half
+    # each output records the settings that made it, by stage
+    assert set(read_settings(project / "data/rollouts/filtered.parquet")) == {"rollout", "filter"}
+    made = read_meta(project / "models/critic_warm")["settings"]
+    assert set(made) == {"rollout", "filter", "critic_fit"} and made["filter"]["filter.keep_ratio"] == 0.5
+    # update by hand with a setting the stages before it ran otherwise: refused before it writes anything
+    with pytest.raises(OtherSettings, match=r"filtered.parquet was made with other settings than this run's: "
+                                            r"filter.keep_ratio=0.5 in stage filter \(this run: 1.0\); run stages "
+                                            r"filter and critic_fit with this run's settings first"):
+        update_policy(params=params, overrides=[*SMALL, "filter.keep_ratio=1.0"], policy_dir=str(project / "other"))
+    assert not (project / "other").exists() and not (project / "checkpoints").exists()
     result = update_policy(params=params, overrides=SMALL)
     assert "val/bandit/success" in result
+    with pytest.raises(OtherSettings, match=r"models/policy was trained on bandit, and this run evaluates "
+                                            r"train.env=bandit_test"):
+        evaluate(params=params, overrides=[*SMALL, "train.env=bandit_test"])
     before = load_policy(project / "models/base", device="cpu").model.state_dict()
     after = load_policy(project / "models/policy", device="cpu").model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
@@ -218,6 +232,11 @@ def test_bilevel_gae_warms_a_critic_and_trains_through_the_stages(prepared):
     # a critic_fit run for grpo leaves no critic; update with a critic estimator says which stage to rerun
     critic_fit(params=params, overrides=[*SMALL, "algo.advantage=grpo"], out_dir=str(project / "no_critic"),
                metrics_path=str(project / "critic_fit_grpo.json"))
+    with pytest.raises(OtherSettings, match=r"no_critic was made with other settings than this run's: "
+                                            r"algo.advantage=grpo in stage critic_fit \(this run: bilevel_gae\); .*"
+                                            r"run stage critic_fit with this run's settings first"):
+        update_policy(params=params, overrides=bilevel, **(out | {"critic_dir": str(project / "no_critic")}))
+    (project / "no_critic" / "ragen_meta.json").write_text('{"critic": "none"}')  # written before records
     with pytest.raises(FileNotFoundError, match="run stage critic_fit with the same algo.advantage"):
         update_policy(params=params, overrides=bilevel, **(out | {"critic_dir": str(project / "no_critic")}))
 
