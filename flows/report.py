@@ -16,6 +16,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.common import run_stage
+from flows.lineage import OtherSettings
 from ragen.config import Config, load_config
 from ragen.fileio import read_json, write_text
 from ragen.presets import describe_preset
@@ -28,6 +29,24 @@ def _read(path: Path) -> dict:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; run the stage that writes it first (dvc repro)")
     return read_json(path, "metrics file")
+
+
+def check_ran_with(cfg: Config, metrics_dir: Path) -> None:
+    """Raise OtherSettings when the metrics are of another env or step count than the report's settings say (stages
+    run by hand with overrides, then the report without them): its title, headline and curves would name the wrong
+    run, or fail to find it."""
+    train, evaluation = _read(metrics_dir / "train.json"), _read(metrics_dir / "eval.json")
+    trained = [key.split("/")[1] for key in train if key.startswith("val/") and key.endswith("/success")]
+    steps = train.get("train/steps")
+    if trained and (trained[0] != cfg.train.env or steps != cfg.train.steps):
+        raise OtherSettings(
+            f"{metrics_dir / 'train.json'} is of {steps} steps on {trained[0]}, and this report's settings say "
+            f"train.steps={cfg.train.steps} on train.env={cfg.train.env}: write it with the settings the stages ran "
+            f"with (`python -m flows.report train.env={trained[0]} train.steps={steps} ...`, every override they "
+            "had), or run the stages with these first (`dvc repro`)")
+    if cfg.train.env not in evaluation:
+        raise OtherSettings(f"{metrics_dir / 'eval.json'} holds no evaluation of {cfg.train.env} (it has "
+                            f"{', '.join(evaluation) or 'none'}); run stage evaluate with this report's settings first")
 
 
 def pipeline_markdown(cfg: Config, metrics_dir: Path, series: Series, trap: dict, template: dict, figure: str) -> str:
@@ -122,6 +141,7 @@ def report(params: str = "params.yaml", overrides: list[str] | None = None, metr
            out_dir: str = "reports/pipeline") -> str:
     cfg = load_config(params, overrides or [])
     metrics_path, out = Path(metrics_dir), Path(out_dir)
+    check_ran_with(cfg, metrics_path)
     series = to_series(cfg.train.env, read_steps_csv(metrics_path / "train_steps.csv"))
     trap, template = echo_trap(series), template_collapse(series)
     with MlflowTracker.for_stage(cfg, "report") as tracker:

@@ -1,6 +1,13 @@
-"""Stage report's text: the headline against the base, and the Echo Trap line's fall in standard errors."""
+"""Stage report's text: the headline against the base, the Echo Trap line's fall in standard errors, and its
+refusal of metrics from another run than its settings describe."""
 
-from flows.report import fall_sentence, gap_cell, headline
+import json
+
+import pytest
+
+from flows.lineage import OtherSettings
+from flows.report import check_ran_with, fall_sentence, gap_cell, headline
+from ragen.config import load_config
 
 
 def test_the_fall_is_given_in_standard_errors_only_when_success_fell():
@@ -21,3 +28,21 @@ def test_the_headline_is_the_evaluation_against_the_base_on_the_same_episodes():
     alone = {"success_rate": 0.96875, "episodes": 256}  # eval.against_base=false
     assert headline("bandit", alone, 0.5).endswith("**0.969** (eval.against_base was off: no base figure).")
     assert gap_cell(alone) == ""
+
+
+def test_metrics_of_another_env_or_step_count_than_the_settings_say_are_refused(tmp_path):
+    (tmp_path / "train.json").write_text(json.dumps({"train/steps": 2, "val/frozen_lake/success": 0.17}))
+    (tmp_path / "eval.json").write_text(json.dumps({"frozen_lake": {}, "sokoban": {}}))
+    check_ran_with(load_config(None, ["train.env=frozen_lake", "train.steps=2"]), tmp_path)
+    # the stages ran by hand with overrides, the report without them: it once ended in a KeyError traceback
+    with pytest.raises(OtherSettings, match=r"train.json is of 2 steps on frozen_lake, and this report's settings "
+                                            r"say train.steps=40 on train.env=bandit: write it with the settings the "
+                                            r"stages ran with \(`python -m flows.report train.env=frozen_lake "
+                                            r"train.steps=2 \.\.\.`"):
+        check_ran_with(load_config(None, ["train.env=bandit", "train.steps=40"]), tmp_path)
+    with pytest.raises(OtherSettings, match="train.steps=3 on train.env=frozen_lake"):
+        check_ran_with(load_config(None, ["train.env=frozen_lake", "train.steps=3"]), tmp_path)
+    (tmp_path / "eval.json").write_text(json.dumps({"bandit": {}, "bandit_test": {}}))
+    with pytest.raises(OtherSettings, match=r"eval.json holds no evaluation of frozen_lake \(it has bandit, "
+                                            r"bandit_test\); run stage evaluate with this report's settings first"):
+        check_ran_with(load_config(None, ["train.env=frozen_lake", "train.steps=2"]), tmp_path)
