@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ragen.config import Config, flatten, to_dict
-from ragen.fileio import StageFileError
+from ragen.fileio import REBUILD, StageFileError
 
 Record = dict[str, dict[str, Any]]  # stage -> {"section.key": value} it ran with
 
@@ -64,6 +64,8 @@ def differences(record: Record, cfg: Config) -> list[tuple[str, str, Any, Any]]:
 def check_input(path: str, record: Record | None, cfg: Config, stage: str, overrides: list[str] | None) -> None:
     """Raise OtherSettings when `path` (an input of `stage`) was made with other settings than `cfg`'s: each
     setting, the stage that ran with it, and the stages to rerun first. None (no record) passes."""
+    if record is not None and not (isinstance(record, dict) and all(isinstance(v, dict) for v in record.values())):
+        raise StageFileError(f"{path}: its settings record is not a mapping of stage to settings; {REBUILD}")
     found = differences(record or {}, cfg)
     if not found:
         return

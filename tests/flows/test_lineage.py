@@ -4,6 +4,7 @@ import pytest
 
 from flows.lineage import KEYS, NOT_DECIDING, OtherSettings, check_input, check_policy_env, made_with, own_settings
 from ragen.config import load_config
+from ragen.fileio import StageFileError
 
 
 def config(*overrides):
@@ -38,6 +39,10 @@ def test_the_same_settings_pass_and_memory_placement_and_unrecorded_keys_may_dif
     check_input("in.parquet", record, config("train.micro_batch_size=2", "model.device=cpu", "train.lr=0.1",
                                              "train.steps=3", "algo.clip_eps_high=0.2"), "update", [])
     check_input("in.parquet", None, config("train.env=sokoban"), "update", [])  # no record: taken as it is
+    for damaged in ([1, 2], {"rollout": 5}):
+        with pytest.raises(StageFileError, match=r"in.parquet: its settings record is not a mapping of stage to "
+                                                 r"settings; delete it and run `dvc repro`"):
+            check_input("in.parquet", damaged, config(), "update", [])
 
 
 def test_other_settings_are_refused_naming_each_and_the_stages_to_rerun_first():
