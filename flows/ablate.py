@@ -119,7 +119,7 @@ def rl_pipeline(overrides: Sequence[str], out: Path, *, params: str = "params.ya
                        base_trajectories_out=str(out / "eval_base.parquet"), base_episodes=str(shared))
     if Path(base_metrics).exists():
         shutil.copyfile(base_metrics, out / "base.json")
-        report(**common, metrics_dir=str(out), out_dir=str(out / "report"))
+        report(**common, metrics_dir=str(out), out_dir=str(out / "report"), policy_dir=str(out / "policy"))
     summary = {"env": cfg.train.env, "train": trained, "eval": results, "wall_s": time.perf_counter() - start}
     write_json(done, {"digest": digest, "results": summary})
     return summary

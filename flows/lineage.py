@@ -7,6 +7,7 @@ bandit batch stage filter had kept and said nothing. So stages rollout, filter a
 the settings that decide it, by stage (`KEYS`: each stage's keys, less those that change memory or placement only),
 with the settings their own input recorded; the stages that read those outputs (filter, critic_fit, update) compare
 them with their own and refuse a difference, naming each setting and the stages to rerun with the run's settings.
+update records its own in the trained policy's meta, which stage report compares with the settings it describes.
 evaluate refuses a policy trained on another env than its train.env. An output without a record (written before
 records, or by a test or benchmark by hand) is taken as it is; models/base is shared as it is by design (every
 ablation variant trains from it).
@@ -32,6 +33,7 @@ KEYS = {
     "critic_fit": ("critic.lr", "critic.warmup_epochs", "algo.advantage", "algo.gamma", "algo.turn_gamma",
                    "algo.loss_mask", "algo.reward_placement", "train.mini_batch_size", "train.grad_clip",
                    "train.weight_decay", "train.seed"),
+    "update": ("rollout.", "filter.", "critic.", "algo.", "train.", "eval.temperature"),
 }
 # read by those stages, but they change memory or where the model runs, not what the output holds
 NOT_DECIDING = ("train.micro_batch_size", "train.micro_batch_tokens", "model.device", "model.dtype", "model.attn")
@@ -42,10 +44,10 @@ class OtherSettings(StageFileError):
 
 
 def own_settings(stage: str, cfg: Config) -> dict[str, Any]:
-    """{"section.key": value} of the keys `stage` records (`KEYS`), as `cfg` has them."""
+    """{"section.key": value} of the keys `stage` records (`KEYS`, less `NOT_DECIDING`), as `cfg` has them."""
     keys = KEYS[stage]
-    return {key: value for key, value in flatten(to_dict(cfg)).items()
-            if key in keys or any(name.endswith(".") and key.startswith(name) for name in keys)}
+    return {key: value for key, value in flatten(to_dict(cfg)).items() if key not in NOT_DECIDING
+            and (key in keys or any(name.endswith(".") and key.startswith(name) for name in keys))}
 
 
 def made_with(stage: str, cfg: Config, inputs: Record | None = None) -> Record:

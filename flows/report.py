@@ -16,7 +16,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.common import run_stage
-from flows.lineage import OtherSettings
+from flows.lineage import OtherSettings, differences
 from ragen.config import Config, load_config
 from ragen.fileio import read_json, write_text
 from ragen.presets import describe_preset
@@ -47,6 +47,19 @@ def check_ran_with(cfg: Config, metrics_dir: Path) -> None:
     if cfg.train.env not in evaluation:
         raise OtherSettings(f"{metrics_dir / 'eval.json'} holds no evaluation of {cfg.train.env} (it has "
                             f"{', '.join(evaluation) or 'none'}); run stage evaluate with this report's settings first")
+
+
+def check_trained_with(cfg: Config, policy_dir: str) -> None:
+    """Raise OtherSettings when the policy's record (update's and the stages' before it) holds other settings than
+    the report's: its title and text would describe another run. A policy without a record passes."""
+    meta = Path(policy_dir) / "ragen_meta.json"  # ragen.policy.model's META_FILE (that module imports transformers)
+    found = differences((read_json(meta, "model meta file") if meta.exists() else {}).get("settings") or {}, cfg)
+    if found:
+        said = "; ".join(f"{key}={value} (this report: {ours})"
+                         for key, (value, ours) in {key: (value, ours) for _, key, value, ours in found}.items())
+        raise OtherSettings(f"{policy_dir} was trained with other settings than this report's: {said}; write it with "
+                            "the settings the stages ran with (`python -m flows.report key=value ...`, every override "
+                            "they had), or run the stages with these first (`dvc repro`)")
 
 
 def pipeline_markdown(cfg: Config, metrics_dir: Path, series: Series, trap: dict, template: dict, figure: str) -> str:
@@ -138,10 +151,13 @@ def fall_sentence(trap: dict, episodes: int) -> str:
 
 @flow(name="report")
 def report(params: str = "params.yaml", overrides: list[str] | None = None, metrics_dir: str = "metrics",
-           out_dir: str = "reports/pipeline") -> str:
+           out_dir: str = "reports/pipeline", policy_dir: str = "models/policy") -> str:
+    """`policy_dir`: the policy the metrics are of, whose record of the settings it was trained with
+    (flows.lineage) must be the report's."""
     cfg = load_config(params, overrides or [])
     metrics_path, out = Path(metrics_dir), Path(out_dir)
     check_ran_with(cfg, metrics_path)
+    check_trained_with(cfg, policy_dir)
     series = to_series(cfg.train.env, read_steps_csv(metrics_path / "train_steps.csv"))
     trap, template = echo_trap(series), template_collapse(series)
     with MlflowTracker.for_stage(cfg, "report") as tracker:

@@ -22,7 +22,7 @@ from prefect import flow
 
 from flows.common import (check_stop, read_seeds, read_train_pool, run_stage, source_digest, tree_digest,
                           write_json)
-from flows.lineage import check_input
+from flows.lineage import check_input, made_with
 from flows.memory import memory_limits_aside
 from ragen.checkpoint import load_checkpoint, read_checkpoint_meta, save_checkpoint
 from ragen.config import Config, config_digest, load_config
@@ -98,10 +98,14 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
     val_seeds = read_seeds(envs_dir, cfg.train.env, "val")[: cfg.train.eval_episodes]
     first_batch, first_scores = read_trajectories(rollouts), read_scores(rollouts)
     first_rollout = read_trajectories(base_rollouts) if base_rollouts is not None else None
-    for made_from in [rollouts, *([base_rollouts] if base_rollouts is not None else [])]:
-        check_input(made_from, read_settings(made_from), cfg, "update", overrides)
+    made = read_settings(rollouts)
+    check_input(rollouts, made, cfg, "update", overrides)
+    if base_rollouts is not None:
+        check_input(base_rollouts, read_settings(base_rollouts), cfg, "update", overrides)
     if uses_critic(cfg.algo.advantage):
-        check_input(critic_dir, read_meta(critic_dir).get("settings"), cfg, "update", overrides)
+        warmed = read_meta(critic_dir).get("settings")
+        check_input(critic_dir, warmed, cfg, "update", overrides)
+        made = {**(made or {}), **(warmed or {})}
     learner = make_learner(cfg, base_dir, critic_dir)
     digest, history, start_step = run_digest(cfg, envs_dir, base_dir, critic_dir, rollouts, base_rollouts), [], 0
     ckpt = Path(checkpoint_dir)
@@ -158,7 +162,7 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
         tracker.log_table(sample_table(val_trajectories), "samples/final_val_trajectories.json")
         save_model(learner.policy.model, policy_dir, tokenizer=learner.policy.tokenizer,
                    meta={"source": "tiny" if read_meta(base_dir).get("source") == "tiny" else "trained",
-                         "env": cfg.train.env, "steps": cfg.train.steps})
+                         "env": cfg.train.env, "steps": cfg.train.steps, "settings": made_with("update", cfg, made)})
         if learner.critic is not None:
             save_model(learner.critic, critic_out, meta={"critic": "trained"})
         else:

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from flows.lineage import OtherSettings
-from flows.report import check_ran_with, fall_sentence, gap_cell, headline
+from flows.lineage import OtherSettings, made_with
+from flows.report import check_ran_with, check_trained_with, fall_sentence, gap_cell, headline
 from ragen.config import load_config
 
 
@@ -46,3 +46,19 @@ def test_metrics_of_another_env_or_step_count_than_the_settings_say_are_refused(
     with pytest.raises(OtherSettings, match=r"eval.json holds no evaluation of frozen_lake \(it has bandit, "
                                             r"bandit_test\); run stage evaluate with this report's settings first"):
         check_ran_with(load_config(None, ["train.env=frozen_lake", "train.steps=2"]), tmp_path)
+
+
+def test_a_policy_trained_with_other_settings_than_the_report_describes_is_refused(tmp_path):
+    trained = load_config(None, ["preset=starpo_grpo", "train.env=frozen_lake"])
+    record = made_with("update", trained, made_with("filter", trained, made_with("rollout", trained)))
+    (tmp_path / "ragen_meta.json").write_text(json.dumps({"env": "frozen_lake", "settings": record}))
+    check_trained_with(load_config(None, ["preset=starpo_grpo", "train.env=frozen_lake", "train.micro_batch_size=2"]),
+                       str(tmp_path))
+    check_trained_with(load_config(None, []), str(tmp_path / "no_policy"))  # no record: nothing to compare
+    # each setting once, though rollout, filter and update all recorded train.env
+    with pytest.raises(OtherSettings, match=r"was trained with other settings than this report's: train.env="
+                                            r"frozen_lake \(this report: bandit\); algo.reward_norm=mean_std "
+                                            r"\(this report: identity\); filter.keep_ratio=1.0 \(this report: "
+                                            r"0.25\); algo.advantage=grpo .*; write it with the settings the stages "
+                                            r"ran with \(`python -m flows.report key=value ...`"):
+        check_trained_with(load_config(None, []), str(tmp_path))

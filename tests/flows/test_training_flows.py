@@ -61,6 +61,8 @@ def test_training_stages_end_to_end(prepared):
     assert not (project / "other").exists() and not (project / "checkpoints").exists()
     result = update_policy(params=params, overrides=SMALL)
     assert "val/bandit/success" in result
+    trained = read_meta(project / "models/policy")["settings"]
+    assert set(trained) == {"rollout", "filter", "critic_fit", "update"} and trained["update"]["train.steps"] == 4
     with pytest.raises(OtherSettings, match=r"models/policy was trained on bandit, and this run evaluates "
                                             r"train.env=bandit_test"):
         evaluate(params=params, overrides=[*SMALL, "train.env=bandit_test"])
