@@ -55,9 +55,13 @@ def made_with(stage: str, cfg: Config, inputs: Record | None = None) -> Record:
     return {**(inputs or {}), stage: own_settings(stage, cfg)}
 
 
-def differences(record: Record, cfg: Config) -> list[tuple[str, str, Any, Any]]:
-    """(stage, key, the value it ran with, this run's) for each recorded setting this run has otherwise, in chain
-    order."""
+def differences(path: str, record: Record | None, cfg: Config) -> list[tuple[str, str, Any, Any]]:
+    """(stage, key, the value it ran with, this run's) for each setting `path`'s record holds otherwise than `cfg`, in
+    chain order; none without a record. StageFileError naming `path` for a record of another shape."""
+    if record is None:
+        return []
+    if not (isinstance(record, dict) and all(isinstance(v, dict) for v in record.values())):
+        raise StageFileError(f"{path}: its settings record is not a mapping of stage to settings; {REBUILD}")
     ours = flatten(to_dict(cfg))
     return [(stage, key, value, ours.get(key)) for stage in CHAIN if stage in record
             for key, value in sorted(record[stage].items()) if ours.get(key) != value]
@@ -66,9 +70,7 @@ def differences(record: Record, cfg: Config) -> list[tuple[str, str, Any, Any]]:
 def check_input(path: str, record: Record | None, cfg: Config, stage: str, overrides: list[str] | None) -> None:
     """Raise OtherSettings when `path` (an input of `stage`) was made with other settings than `cfg`'s: each
     setting, the stage that ran with it, and the stages to rerun first. None (no record) passes."""
-    if record is not None and not (isinstance(record, dict) and all(isinstance(v, dict) for v in record.values())):
-        raise StageFileError(f"{path}: its settings record is not a mapping of stage to settings; {REBUILD}")
-    found = differences(record or {}, cfg)
+    found = differences(path, record, cfg)
     if not found:
         return
     said = "; ".join(f"{key}={value} in stage {made_by} (this run: {ours})" for made_by, key, value, ours in found)

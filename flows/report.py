@@ -53,7 +53,7 @@ def check_trained_with(cfg: Config, policy_dir: str) -> None:
     """Raise OtherSettings when the policy's record (update's and the stages' before it) holds other settings than
     the report's: its title and text would describe another run. A policy without a record passes."""
     meta = Path(policy_dir) / "ragen_meta.json"  # ragen.policy.model's META_FILE (that module imports transformers)
-    found = differences((read_json(meta, "model meta file") if meta.exists() else {}).get("settings") or {}, cfg)
+    found = differences(policy_dir, (read_json(meta, "model meta file") if meta.exists() else {}).get("settings"), cfg)
     if found:
         said = "; ".join(f"{key}={value} (this report: {ours})"
                          for key, (value, ours) in {key: (value, ours) for _, key, value, ours in found}.items())

@@ -8,6 +8,7 @@ import pytest
 from flows.lineage import OtherSettings, made_with
 from flows.report import check_ran_with, check_trained_with, fall_sentence, gap_cell, headline
 from ragen.config import load_config
+from ragen.fileio import StageFileError
 
 
 def test_the_fall_is_given_in_standard_errors_only_when_success_fell():
@@ -55,6 +56,10 @@ def test_a_policy_trained_with_other_settings_than_the_report_describes_is_refus
     check_trained_with(load_config(None, ["preset=starpo_grpo", "train.env=frozen_lake", "train.micro_batch_size=2"]),
                        str(tmp_path))
     check_trained_with(load_config(None, []), str(tmp_path / "no_policy"))  # no record: nothing to compare
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "ragen_meta.json").write_text(json.dumps({"settings": ["update"]}))
+    with pytest.raises(StageFileError, match=r"damaged: its settings record is not a mapping of stage to settings"):
+        check_trained_with(load_config(None, []), str(tmp_path / "damaged"))
     # each setting once, though rollout, filter and update all recorded train.env
     with pytest.raises(OtherSettings, match=r"was trained with other settings than this report's: train.env="
                                             r"frozen_lake \(this report: bandit\); algo.reward_norm=mean_std "
