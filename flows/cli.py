@@ -1,6 +1,6 @@
 """The `ragen` command: the library's commands (`envs`, `play`) plus the pipeline's, which run Prefect flows.
 
-    ragen report [--ablation SET]                 the pipeline's report (stage report), or an ablation set's
+    ragen report [key=value ...] [--ablation SET]  the pipeline's report (stage report), or an ablation set's
     ragen ablate SET [--workers N] [--runner threads|dask|ray] [--address A] [--dry-run] [key=value ...]
     ragen nightly run [--spec bench/nightly.yaml] [key=value ...]    once; exit 1 on a regression
     ragen nightly serve [--spec ...] [--cron "0 3 * * *"]            the scheduled Prefect deployment
@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = library_cli.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     rep = sub.add_parser("report", help="write the pipeline's report (reports/pipeline/) or an ablation set's")
+    rep.add_argument("overrides", nargs="*", help="key=value: the settings the pipeline's stages ran with, when "
+                     "they ran by hand with overrides (not with --ablation)")
     rep.add_argument("--ablation", help="an ablation set already run with `ragen ablate SET`")
     rep.add_argument("--ablations", default="ablations.yaml")
     abl = sub.add_parser("ablate", help="run an ablation set of ablations.yaml, each variant a full RL pipeline")
@@ -48,8 +50,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         from flows.report import report
 
         with prefect_api():
-            report()
+            report(overrides=args.overrides)
         return 0
+    if args.overrides:
+        print(f"ragen report: --ablation takes no key=value ({' '.join(args.overrides)}): each run of the set "
+              "carries its own settings", file=sys.stderr)
+        return 2
     from pathlib import Path
 
     from flows.ablate import set_report

@@ -42,8 +42,8 @@ def check_ran_with(cfg: Config, metrics_dir: Path) -> None:
         raise OtherSettings(
             f"{metrics_dir / 'train.json'} is of {steps} steps on {trained[0]}, and this report's settings say "
             f"train.steps={cfg.train.steps} on train.env={cfg.train.env}: write it with the settings the stages ran "
-            f"with (`python -m flows.report train.env={trained[0]} train.steps={steps} ...`, every override they "
-            "had), or run the stages with these first (`dvc repro`)")
+            f"with (`ragen report train.env={trained[0]} train.steps={steps} ...`, every override they had), or run "
+            "the stages with these first (`dvc repro`)")
     if cfg.train.env not in evaluation:
         raise OtherSettings(f"{metrics_dir / 'eval.json'} holds no evaluation of {cfg.train.env} (it has "
                             f"{', '.join(evaluation) or 'none'}); run stage evaluate with this report's settings first")
@@ -58,8 +58,8 @@ def check_trained_with(cfg: Config, policy_dir: str) -> None:
         said = "; ".join(f"{key}={value} (this report: {ours})"
                          for key, (value, ours) in {key: (value, ours) for _, key, value, ours in found}.items())
         raise OtherSettings(f"{policy_dir} was trained with other settings than this report's: {said}; write it with "
-                            "the settings the stages ran with (`python -m flows.report key=value ...`, every override "
-                            "they had), or run the stages with these first (`dvc repro`)")
+                            "the settings the stages ran with (`ragen report key=value ...`, every override they had), "
+                            "or run the stages with these first (`dvc repro`)")
 
 
 def pipeline_markdown(cfg: Config, metrics_dir: Path, series: Series, trap: dict, template: dict, figure: str) -> str:

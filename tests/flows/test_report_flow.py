@@ -38,7 +38,7 @@ def test_metrics_of_another_env_or_step_count_than_the_settings_say_are_refused(
     # the stages ran by hand with overrides, the report without them: it once ended in a KeyError traceback
     with pytest.raises(OtherSettings, match=r"train.json is of 2 steps on frozen_lake, and this report's settings "
                                             r"say train.steps=40 on train.env=bandit: write it with the settings the "
-                                            r"stages ran with \(`python -m flows.report train.env=frozen_lake "
+                                            r"stages ran with \(`ragen report train.env=frozen_lake "
                                             r"train.steps=2 \.\.\.`"):
         check_ran_with(load_config(None, ["train.env=bandit", "train.steps=40"]), tmp_path)
     with pytest.raises(OtherSettings, match="train.steps=3 on train.env=frozen_lake"):
@@ -65,5 +65,5 @@ def test_a_policy_trained_with_other_settings_than_the_report_describes_is_refus
                                             r"frozen_lake \(this report: bandit\); algo.reward_norm=mean_std "
                                             r"\(this report: identity\); filter.keep_ratio=1.0 \(this report: "
                                             r"0.25\); algo.advantage=grpo .*; write it with the settings the stages "
-                                            r"ran with \(`python -m flows.report key=value ...`"):
+                                            r"ran with \(`ragen report key=value ...`"):
         check_trained_with(load_config(None, []), str(tmp_path))

@@ -9,6 +9,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from flows.base import base
+from flows.cli import main
 from flows.critic_fit import critic_fit
 from flows.envgen import envgen
 from flows.evaluate import evaluate
@@ -44,7 +45,7 @@ def prepared(prefect_harness, project):
 
 
 @pytest.mark.slow
-def test_training_stages_end_to_end(prepared):
+def test_training_stages_end_to_end(prepared, capsys):
     project, params = prepared
     assert len(read_trajectories(project / "data/rollouts/base.parquet")) == 16
     kept = read_trajectories(project / "data/rollouts/filtered.parquet")
@@ -66,6 +67,13 @@ def test_training_stages_end_to_end(prepared):
     with pytest.raises(OtherSettings, match=r"models/policy was trained on bandit, and this run evaluates "
                                             r"train.env=bandit_test"):
         evaluate(params=params, overrides=[*SMALL, "train.env=bandit_test"])
+    # the report of stages run with overrides: refused without them, written with them
+    evaluate(params=params, overrides=SMALL)
+    capsys.readouterr()
+    assert main(["report"]) == 2 and "metrics/train.json is of 4 steps on bandit" in capsys.readouterr().err
+    assert main(["report", *SMALL]) == 0 and (project / "reports/pipeline/report.md").exists()
+    assert main(["report", "--ablation", "tiny", "train.steps=4"]) == 2
+    assert "--ablation takes no key=value (train.steps=4)" in capsys.readouterr().err
     before = load_policy(project / "models/base", device="cpu").model.state_dict()
     after = load_policy(project / "models/policy", device="cpu").model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
