@@ -134,9 +134,9 @@ def ensure_experiment(client: MlflowClient, name: str, uri: str) -> str:
 def close_ended_runs(client: MlflowClient, experiment_id: str) -> list[str]:
     """Close the runs of the experiment left RUNNING on this host by a process that has ended without recording
     their end (`ragen.liveness.has_ended`): each reads KILLED from now, tagged ragen.ended. Their ids."""
-    prefix = host().split("'")[0]  # up to a quote, which would end the filter's string; `has_ended` checks the host
+    name = host().replace("'", "")  # a quote would end the filter's string (no host name has one)
     left = client.search_runs([experiment_id], max_results=1000, filter_string=(
-        f"attributes.status = 'RUNNING' and tags.`ragen.process` LIKE '{prefix}%'"))
+        f"attributes.status = 'RUNNING' and tags.`ragen.process` LIKE '{name}/%'"))
     closed = []
     for run in left:
         tag = run.data.tags.get("ragen.process", "")
