@@ -60,6 +60,7 @@ import argparse
 import hashlib
 import json
 import math
+from collections import defaultdict
 from pathlib import Path
 
 import polars as pl
@@ -325,11 +326,11 @@ def main() -> None:
     for r in results:
         print_curve(r["run"], r["curve"], r["moves"], r.get("opening", {}))
     for r in results:
-        t = r["timing"]
+        t = defaultdict(lambda: math.nan, r["timing"])  # a run of one step rolls nothing out in process
         per_step = t["timing/rollout_s_mean"] + t["timing/score_s_mean"] + t["timing/update_s_mean"]
         print(f"{r['run']:<15} {per_step:.1f} s per step: rollout {t['timing/rollout_s_mean']:.2f}s "
               f"({t['perf/rollout_tokens_per_s_mean']:.0f} sampled tok/s), score {t['timing/score_s_mean']:.2f}s "
-              f"({t.get('perf/score_tokens_per_s_mean', math.nan):.0f} scored tok/s), "
+              f"({t['perf/score_tokens_per_s_mean']:.0f} scored tok/s), "
               f"update {t['timing/update_s_mean']:.2f}s ({t['perf/update_tokens_per_s_mean']:.0f} trained tok/s)")
     if len(args.seeds) > 1:
         for env in args.envs:

@@ -32,13 +32,16 @@ class RegressionError(RuntimeError):
 
 def entry_metrics(name: str, summary: dict) -> dict[str, float]:
     """An entry's figures; `val_gap` (stage evaluate's trained-minus-base val success, paired) when eval.against_base
-    was on."""
+    was on. The speed figures are means over the steps after the first, which trains on stage filter's batch and
+    rolls nothing out: an entry of one step has none (a baseline on them then reads missing)."""
     env, train, val = summary["env"], summary["train"], summary["eval"][summary["env"]]["val"]
+    phases = [train.get(f"timing/{p}_s_mean") for p in ("rollout", "score", "update")]
     return {f"{name}/val_success": train[f"val/{env}/success"],
             f"{name}/test_success": summary["eval"][env]["test"]["success_rate"],
             **({f"{name}/val_gap": val["success_gap"]} if "success_gap" in val else {}),
-            f"{name}/seconds_per_step": sum(train[f"timing/{p}_s_mean"] for p in ("rollout", "score", "update")),
-            f"{name}/rollout_tokens_per_s": train["perf/rollout_tokens_per_s_mean"]}
+            **({f"{name}/seconds_per_step": sum(phases)} if None not in phases else {}),
+            **({f"{name}/rollout_tokens_per_s": train["perf/rollout_tokens_per_s_mean"]}
+               if "perf/rollout_tokens_per_s_mean" in train else {})}
 
 
 @flow(name="nightly")

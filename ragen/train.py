@@ -186,7 +186,9 @@ def train_step(cfg: Config, learner: Learner, pool: Sequence[int], step: int,
     """One full step; `first_batch` replaces the rollout (stage update's step 1 uses the filtered base rollouts,
     with `first_scores`, their normalised returns from stage filter; see `select`). `first_rollout`, the whole
     batch stage rollout played before the filter, gives that step its rollout/ metrics, as a rollout in process
-    gives every later step (the kept groups alone read a higher reward std and return)."""
+    gives every later step (the kept groups alone read a higher reward std and return), and its filter/ metrics,
+    those of stage filter's own pass over that batch (the filtered batch, kept whole here, would read kept_frac 1).
+    Such a step rolls nothing out, so it logs no rollout timing (its tokens per second would read ~1e8)."""
     start = time.perf_counter()
     trajectories = list(first_batch) if first_batch is not None else collect(cfg, learner.policy, pool, step)
     rollout_s = time.perf_counter() - start
@@ -206,10 +208,13 @@ def train_step(cfg: Config, learner: Learner, pool: Sequence[int], step: int,
                        ref_logprobs=ref_logprobs, scored=scored)
         update_s = time.perf_counter() - start
         trained_tokens = int(batch.attention_mask.sum())
-    sampled_tokens = sum(len(turn.response_ids) for t in trajectories for turn in t.turns)
+    if first_rollout is not None:  # stage filter's figures: the same `select` over the batch it filtered
+        metrics |= select(cfg, first_rollout)[2]
     metrics |= rollout_metrics(first_rollout if first_rollout is not None else trajectories)
-    metrics |= stats | {"timing/rollout_s": rollout_s, "timing/score_s": score_s, "timing/update_s": update_s,
-                        "perf/rollout_tokens_per_s": sampled_tokens / max(rollout_s, 1e-9),
+    metrics |= stats | {"timing/score_s": score_s, "timing/update_s": update_s,
                         "perf/score_tokens_per_s": trained_tokens / max(score_s, 1e-9),
                         "perf/update_tokens_per_s": trained_tokens / max(update_s, 1e-9)}
+    if not filtered:
+        sampled_tokens = sum(len(turn.response_ids) for t in trajectories for turn in t.turns)
+        metrics |= {"timing/rollout_s": rollout_s, "perf/rollout_tokens_per_s": sampled_tokens / max(rollout_s, 1e-9)}
     return metrics

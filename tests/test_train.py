@@ -132,6 +132,21 @@ def test_a_step_times_rollout_scoring_and_update_with_tokens_per_second(tokenize
         assert metrics[f"perf/{phase}_tokens_per_s"] > 0, phase
 
 
+def test_step_one_logs_stage_filters_figures_and_no_rollout_timing(tokenizer):
+    cfg = load_config(None, CFG)
+    learner = fresh_learner(tokenizer)
+    played = collect(cfg, learner.policy, list(range(100, 110)), 0)
+    returns = [0, 1, 2, 3, 0, 0, 0, 0, 6, 0, 0, 0]  # by hand: group 2 has the widest spread, group 1 none
+    whole = [replace(t, env_return=float(r), penalty=0.0) for t, r in zip(played, returns)]
+    filtered, scores, _ = select(cfg, whole)  # what stage filter writes: one group of three
+    metrics = train_step(cfg, learner, [], 0, first_batch=filtered, first_scores=scores.tolist(), first_rollout=whole)
+    assert metrics["filter/kept_frac"] == pytest.approx(1 / 3)  # stage filter's, not 1 for the batch kept whole
+    assert metrics["rollout/success_rate"] == pytest.approx(sum(t.success for t in whole) / 12)
+    # nothing was rolled out in the step: no rollout time (it read ~0 s, and its tokens per second ~1e8)
+    assert not {"timing/rollout_s", "perf/rollout_tokens_per_s"} & set(metrics)
+    assert metrics["timing/update_s"] > 0 and metrics["perf/update_tokens_per_s"] > 0
+
+
 def test_critic_warm_up_targets_are_the_returns_update_trains_on(tokenizer):
     # stage critic_fit batches the filtered rollouts as update's first step does: with reward_norm mean each
     # token's target is its trajectory's group-centred return, not the raw one

@@ -17,6 +17,7 @@ from flows.ablate import rl_pipeline
 from flows.common import exclusively
 from flows.envgen import envgen
 from flows.evaluate import evaluate
+from flows.nightly import entry_metrics
 from processes import left_running, own_session, wait_until
 from ragen.fileio import StageFileError
 from ragen.trajectory_io import read_trajectories
@@ -116,7 +117,6 @@ def test_ablation_set_runs_nests_reports_and_resumes(small, capsys, monkeypatch)
     assert (out / "report.md").exists() and len(client.search_runs([experiment], "tags.`ragen.stage` = 'update'")) == 8
 
 
-@pytest.mark.slow
 @pytest.mark.slow
 def test_the_runs_of_one_seed_play_the_base_once(small, monkeypatch):
     """The base's evaluation episodes depend on the seed, not on the variant: the second variant of a seed reads
@@ -255,6 +255,17 @@ def test_an_interrupted_set_ends_its_variants_on_a_dask_cluster_too(small):
             assert time.monotonic() < deadline, [(run.info.status, run.data.metrics) for run in updates()]
             time.sleep(1)
     assert not list((small / "ablations" / "tiny").glob("*/done.json"))
+
+
+def test_nightly_speed_figures_need_a_step_that_rolled_out():
+    # step 1 trains on stage filter's batch and rolls nothing out, so an entry of one step has no rollout mean
+    summary = {"env": "bandit", "train": {"val/bandit/success": 0.5, "timing/score_s_mean": 1.0,
+                                          "timing/update_s_mean": 2.0},
+               "eval": {"bandit": {"val": {"success_rate": 0.5}, "test": {"success_rate": 0.25}}}}
+    assert entry_metrics("e", summary) == {"e/val_success": 0.5, "e/test_success": 0.25}
+    summary["train"] |= {"timing/rollout_s_mean": 3.0, "perf/rollout_tokens_per_s_mean": 100.0}
+    assert entry_metrics("e", summary) == {"e/val_success": 0.5, "e/test_success": 0.25, "e/seconds_per_step": 6.0,
+                                           "e/rollout_tokens_per_s": 100.0}
 
 
 @pytest.mark.slow
