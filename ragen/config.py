@@ -7,12 +7,14 @@ Derived values are computed in code, never with `${}` interpolation (DVC tracks 
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, List, Sequence
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
@@ -248,16 +250,16 @@ def load_config(path: str | Path | None = "params.yaml", overrides: Sequence[str
     Raises:
         ConfigError: an unknown key, a wrong type, a malformed file or an invalid value, naming the key.
     """
-    schema = OmegaConf.structured(Config)
-    layers = [schema]
+    merged = OmegaConf.structured(Config)
     if path is not None:
         path = Path(path)
         if not path.exists():
             raise ConfigError(f"{path}: no such params file (run from the project root, or pass the path)")
         try:
-            layers.append(OmegaConf.load(path))
+            layer = OmegaConf.load(path)
         except Exception as error:  # yaml syntax errors come in several types
             raise ConfigError(f"{path}: not valid YAML: {error}") from None
+        merged = _merge(merged, layer, f"{path}")
     from ragen.presets import expand_presets
 
     try:
@@ -267,24 +269,37 @@ def load_config(path: str | Path | None = "params.yaml", overrides: Sequence[str
     malformed = [item for item in overrides if "=" not in item]
     if malformed:
         raise ConfigError(f"override {malformed[0]!r} is not key=value; write e.g. train.steps=10")
+    for item in overrides:  # one at a time, so that a refused key or value is named with its override
+        merged = _merge(merged, item, f"override {item!r}")
     try:
-        layers.append(OmegaConf.from_dotlist(list(overrides)))
-        merged = OmegaConf.merge(*layers)
         config: Config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as error:
-        raise ConfigError(_explain(error, path)) from None
+        raise ConfigError(_explain(error, f"{path}" if path is not None else "config")) from None
     validate(config)
     return config
 
 
-def _explain(error: OmegaConfBaseException, path: Path | None) -> str:
+def _merge(merged: Any, layer: Any, source: str) -> Any:
+    """`merged` <- `layer` (a loaded file, or one `key=value` override); ConfigError naming `source` if refused."""
+    try:
+        return OmegaConf.merge(merged, OmegaConf.from_dotlist([layer]) if isinstance(layer, str) else layer)
+    except OmegaConfBaseException as error:
+        raise ConfigError(_explain(error, source)) from None
+    except yaml.YAMLError as error:  # an override's value is read as YAML: `envs.tags=[a,` ends the text too soon
+        reason = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(f"{source}: the value is not valid YAML ({reason}); quote it or close its brackets, e.g. "
+                          "envs.tags=[bandit,sokoban]") from None
+
+
+def _explain(error: OmegaConfBaseException, source: str) -> str:
     key = getattr(error, "full_key", None) or "?"
-    source = f"{path}" if path is not None else "config"
     if isinstance(error, ConfigKeyError):
-        section = key.rsplit(".", 1)[0] if "." in key else ""
-        known = ", ".join(_known_keys(section))
+        section, name = key.rsplit(".", 1) if "." in key else ("", key)
+        keys = _known_keys(section)
         where = f"under '{section}'" if section else "at the top level"
-        return f"{source}: unknown key '{key}'; known keys {where}: {known}"
+        close = difflib.get_close_matches(name, keys, n=1)
+        hint = f" (did you mean '{section + '.' if section else ''}{close[0]}'?)" if close else ""
+        return f"{source}: unknown key '{key}'{hint}; known keys {where}: {', '.join(keys)}"
     return f"{source}: bad value for '{key}': {str(error).splitlines()[0]}"
 
 

@@ -1,5 +1,6 @@
 """params.yaml against its schema: the shipped file loads, typos and bad values are named."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -37,9 +38,10 @@ def write(tmp_path, text):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("envs:\n  trian_size: 3\n", "unknown key 'envs.trian_size'; known keys under 'envs': tags, train_size"),
+        ("envs:\n  trian_size: 3\n",
+         r"unknown key 'envs.trian_size' \(did you mean 'envs.train_size'\?\); known keys under 'envs': tags, train_size"),
         ("env:\n  train_size: 3\n",
-         "unknown key 'env'; known keys at the top level: envs, model, base, rollout, filter"),
+         r"unknown key 'env' \(did you mean 'envs'\?\); known keys at the top level: envs, model, base, rollout, filter"),
         ("envs:\n  train_size: many\n", "bad value for 'envs.train_size'"),
         ("envs:\n  tags: [sokoban, sokobn]\n", "unknown env tag"),
         ("envs:\n  val_size: 0\n", "envs.val_size must be positive"),
@@ -98,6 +100,28 @@ def test_overrides_win_and_are_checked(tmp_path):
     # a key without a value (omegaconf would read it as null and blame the type)
     with pytest.raises(ConfigError, match=r"override 'envs.val_size' is not key=value; write e.g. train.steps=10"):
         load_config(path, ["envs.val_size"])
+
+
+def test_a_refused_key_or_value_names_its_source_and_the_key_meant(tmp_path):
+    path = write(tmp_path, "train:\n  groups: many\n")
+    # the override, not the file, holds the typo; the nearest known key is offered
+    with pytest.raises(ConfigError, match=re.escape("override 'envs.vall_size=16': unknown key 'envs.vall_size' "
+                                                    "(did you mean 'envs.val_size'?); known keys under 'envs'")):
+        load_config(None, ["envs.train_size=4", "envs.vall_size=16"])
+    with pytest.raises(ConfigError, match=re.escape("override 'tain.steps=2': unknown key 'tain' (did you mean "
+                                                    "'train'?); known keys at the top level")):
+        load_config(None, ["tain.steps=2"])
+    with pytest.raises(ConfigError, match=re.escape("override 'train.steps=ten': bad value for 'train.steps'")):
+        load_config(None, ["train.steps=ten"])
+    # the file's bad value is the file's, though an override would set the same key
+    with pytest.raises(ConfigError, match=re.escape(f"{path}: bad value for 'train.groups'")):
+        load_config(path, ["train.groups=3"])
+    with pytest.raises(ConfigError, match=re.escape("override 'algo.zzz=1': unknown key 'algo.zzz'; known keys")):
+        load_config(None, ["algo.zzz=1"])  # nothing near it: no guess
+    # an override's value is YAML: one cut short is named, not a parser traceback
+    with pytest.raises(ConfigError, match=re.escape("override 'envs.tags=[bandit,': the value is not valid YAML "
+                                                    "(expected the node content, but found '<stream end>')")):
+        load_config(None, ["envs.tags=[bandit,"])
 
 
 def test_missing_file_is_clear(tmp_path):

@@ -28,10 +28,11 @@ def test_a_bad_config_value_stops_the_stage_before_it_starts(project, monkeypatc
     (project / "params.yaml").write_text("eval:\n  episodes: 8\n")
     assert run(evaluate, monkeypatch, "eval.against_base=maybe") == 2
     err = capsys.readouterr().err
-    assert err == "evaluate: params.yaml: bad value for 'eval.against_base': Value 'maybe' is not a valid bool (type " \
-                  "str)\n"
+    assert err == "evaluate: override 'eval.against_base=maybe': bad value for 'eval.against_base': Value 'maybe' is " \
+                  "not a valid bool (type str)\n"
     assert run(evaluate, monkeypatch, "eval.episodez=8") == 2
-    assert "evaluate: params.yaml: unknown key 'eval.episodez'" in capsys.readouterr().err
+    assert ("evaluate: override 'eval.episodez=8': unknown key 'eval.episodez' (did you mean 'eval.episodes'?)"
+            in capsys.readouterr().err)
     (project / "params.yaml").unlink()
     assert run(evaluate, monkeypatch) == 2
     assert capsys.readouterr().err.startswith("evaluate: params.yaml: no such params file")
