@@ -12,12 +12,12 @@ import argparse
 import sys
 
 import flows  # noqa: F401  (keeps Prefect's state inside the project)
-from flows.common import InUse
+from flows.common import InUse, quiet_flow_failures
 from flows.server import prefect_api
 from ragen import cli as library_cli
 from ragen.ablation import AblationError, expand_set, read_ablations, runner_spec
 from ragen.baselines import NightlySpecError
-from ragen.config import ConfigError
+from ragen.config import ConfigError, load_config
 from ragen.fileio import StageFileError, read_json
 
 
@@ -49,6 +49,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.ablation is None:
         from flows.report import report
 
+        load_config("params.yaml", args.overrides)  # a config it cannot take stops it before a flow starts
         with prefect_api():
             report(overrides=args.overrides)
         return 0
@@ -91,11 +92,12 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    from flows.nightly import RegressionError, nightly, serve
+    from flows.nightly import RegressionError, check_matrix, nightly, serve
 
     if args.action == "serve":
         serve(args.spec, args.cron)
         return 0
+    check_matrix(args.spec, "params.yaml", args.overrides)  # before a flow starts
     try:
         with prefect_api():
             nightly(spec=args.spec, extra=args.overrides)
@@ -115,9 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = {"report": cmd_report, "ablate": cmd_ablate, "nightly": cmd_nightly}
     if args.command not in commands:
         return library_cli.main(argv)
+    errors = (AblationError, ConfigError, InUse, NightlySpecError, FileNotFoundError, StageFileError)
     try:
-        return commands[args.command](args)
-    except (AblationError, ConfigError, InUse, NightlySpecError, FileNotFoundError, StageFileError) as error:
+        with quiet_flow_failures(errors):  # Prefect's line for a flow run failed so, without its traceback
+            return commands[args.command](args)
+    except errors as error:
         print(f"ragen {args.command}: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

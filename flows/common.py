@@ -58,12 +58,10 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
 
     input_errors = (ConfigError, StageFileError, CheckpointError, ModelLoadError, FileNotFoundError, InUse)
     overrides = cli_overrides()
-    quiet = QuietInputErrors(input_errors, also=is_out_of_memory)
-    flow_runs = logging.getLogger("prefect.flow_runs")
-    flow_runs.addFilter(quiet)
     try:
         cfg = load_config("params.yaml", overrides)
-        with exclusively(stage_lock(stage_flow.name), f"stage {stage_flow.name}"), ending_on_termination(), \
+        with quiet_flow_failures(input_errors, also=is_out_of_memory), \
+                exclusively(stage_lock(stage_flow.name), f"stage {stage_flow.name}"), ending_on_termination(), \
                 prefect_api(), temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
             return stage_flow(overrides=overrides)
     except input_errors as error:
@@ -77,8 +75,6 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
     except KeyboardInterrupt:
         print(f"{stage_flow.name}: interrupted; nothing half-written is left, run it again", file=sys.stderr)
         raise SystemExit(130) from None
-    finally:
-        flow_runs.removeFilter(quiet)
 
 
 def stage_lock(name: str) -> Path:
@@ -223,6 +219,21 @@ class QuietInputErrors(logging.Filter):
         if error is not None and (isinstance(error, self.errors) or (self.also is not None and self.also(error))):
             record.exc_info, record.exc_text = None, None
         return True
+
+
+@contextlib.contextmanager
+def quiet_flow_failures(errors: tuple[type[BaseException], ...],
+                        also: Callable[[BaseException], bool] | None = None) -> Iterator[None]:
+    """Within the block, a flow run that fails with one of `errors` (or an error `also` says yes to) is logged by
+    Prefect in its one line, without the traceback (`QuietInputErrors`): the caller then says what is wrong and the
+    fix in a line of its own."""
+    quiet = QuietInputErrors(errors, also=also)
+    flow_runs = logging.getLogger("prefect.flow_runs")
+    flow_runs.addFilter(quiet)
+    try:
+        yield
+    finally:
+        flow_runs.removeFilter(quiet)
 
 
 def write_json(path: str | Path, obj: Any) -> None:

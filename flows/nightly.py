@@ -19,7 +19,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.ablate import rl_pipeline
-from ragen.baselines import Regression, check_baselines, read_nightly_spec
+from ragen.baselines import NightlySpec, Regression, check_baselines, read_nightly_spec
 from ragen.config import load_config
 from ragen.tracking import MlflowTracker
 
@@ -44,12 +44,18 @@ def entry_metrics(name: str, summary: dict) -> dict[str, float]:
                if "perf/rollout_tokens_per_s_mean" in train else {})}
 
 
+def check_matrix(spec: str, params: str, extra: list[str] | None = None) -> NightlySpec:
+    """The nightly spec, every entry's knobs (with `extra`) checked against the schema before any work."""
+    nightly_spec = read_nightly_spec(spec)
+    for overrides in nightly_spec.matrix.values():
+        load_config(params, [*overrides, *(extra or [])])
+    return nightly_spec
+
+
 @flow(name="nightly")
 def nightly(spec: str = "bench/nightly.yaml", params: str = "params.yaml", out_root: str = "nightly",
             extra: list[str] | None = None) -> dict[str, float]:
-    nightly_spec = read_nightly_spec(spec)
-    for name, overrides in nightly_spec.matrix.items():  # every entry's knobs checked before any work
-        load_config(params, [*overrides, *(extra or [])])
+    nightly_spec = check_matrix(spec, params, extra)
     if not (Path("data/envs").exists() and Path("models/base").exists()):
         print("nightly | no base policy yet: dvc repro base")
         subprocess.run(["dvc", "repro", "base"], check=True)
@@ -88,4 +94,4 @@ def deployment(spec: str = "bench/nightly.yaml", cron: str | None = None):
                                  parameters={"spec": spec})
 
 
-__all__ = ["Regression", "RegressionError", "deployment", "nightly", "serve"]
+__all__ = ["Regression", "RegressionError", "check_matrix", "deployment", "nightly", "serve"]

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from flows.cli import main
 from flows.lineage import OtherSettings, made_with
 from flows.report import check_ran_with, check_trained_with, fall_sentence, gap_cell, headline
 from ragen.config import load_config
@@ -67,3 +68,25 @@ def test_a_policy_trained_with_other_settings_than_the_report_describes_is_refus
                                             r"0.25\); algo.advantage=grpo .*; write it with the settings the stages "
                                             r"ran with \(`ragen report key=value ...`"):
         check_trained_with(load_config(None, []), str(tmp_path))
+
+
+def test_ragen_report_and_nightly_refuse_in_one_line(prefect_harness, project, capsys, caplog):
+    (project / "params.yaml").write_text("train:\n  env: bandit\n")
+    # a config they cannot take: refused before a flow starts (it ended in Prefect's traceback, then the line)
+    assert main(["report", "train.env=sokobn"]) == 2
+    assert capsys.readouterr().err == ("ragen report: train.env: 'sokobn' is not one of bandit, bandit_test, "
+                                       "bandit_rev, sokoban, sokoban_large, sokoban_vocab, frozen_lake, countdown\n")
+    (project / "nightly.yaml").write_text("matrix:\n  a: [train.steps=2]\n")
+    assert main(["nightly", "run", "--spec", "nightly.yaml", "train.stpes=2"]) == 2
+    assert capsys.readouterr().err.startswith("ragen nightly: override 'train.stpes=2': unknown key 'train.stpes' "
+                                              "(did you mean 'train.steps'?)")
+    assert not [r for r in caplog.records if r.name == "prefect.flow_runs"]
+    # a refusal inside the flow: Prefect's record of the failed run keeps its line, without the traceback
+    (project / "metrics").mkdir()
+    (project / "metrics" / "train.json").write_text(json.dumps({"train/steps": 2, "val/frozen_lake/success": 0.17}))
+    (project / "metrics" / "eval.json").write_text(json.dumps({"frozen_lake": {}}))
+    assert main(["report"]) == 2
+    failed = [r for r in caplog.records if r.name == "prefect.flow_runs" and "OtherSettings(" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is None and "Traceback" not in caplog.text
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("ragen report: metrics/train.json is of 2 steps on frozen_lake")
