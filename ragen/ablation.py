@@ -84,8 +84,11 @@ def runner_spec(data: dict[str, Any], *, kind: str | None = None, workers: int |
     unknown = set(section) - {"kind", "workers", "address"}
     if unknown:
         raise AblationError(f"runner: unknown key(s) {sorted(unknown)}; known: kind, workers, address")
-    spec = RunnerSpec(kind=kind or section.get("kind", "threads"),
-                      workers=int(workers if workers is not None else section.get("workers", 0)),
+    count = workers if workers is not None else section.get("workers", 0)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise AblationError(f"runner.workers: {count!r} is not a whole number >= 0 (0: one variant per two CPU cores, "
+                            "one at a time on a GPU)")
+    spec = RunnerSpec(kind=kind or section.get("kind", "threads"), workers=count,
                       address=address if address is not None else str(section.get("address", "")))
     if spec.kind not in RUNNER_KINDS:
         raise AblationError(f"runner.kind: {spec.kind!r} is not one of {', '.join(RUNNER_KINDS)}")

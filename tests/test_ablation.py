@@ -65,6 +65,11 @@ def test_runner_spec_takes_the_command_line_over_the_file():
         runner_spec(data, kind="mpi")
     with pytest.raises(AblationError, match="unknown key"):
         runner_spec({"runner": {"nodes": 4}})
+    # a count the thread pool cannot take (it failed in a ValueError traceback after the set had started)
+    with pytest.raises(AblationError, match=r"runner.workers: -1 is not a whole number >= 0 \(0: one variant per"):
+        runner_spec(data, workers=-1)
+    with pytest.raises(AblationError, match="runner.workers: 'two' is not a whole number"):
+        runner_spec({"runner": {"workers": "two"}})
 
 
 def test_variants_on_cuda_run_one_at_a_time_unless_told_otherwise():
