@@ -23,8 +23,13 @@ def cmd_play(args: argparse.Namespace, out: TextIO, inp: TextIO) -> int:
     env = make_env(args.tag)
     options = None
     if args.layout:
-        with open(args.layout, encoding="utf-8") as handle:
-            options = {"layout": handle.read()}
+        try:
+            with open(args.layout, encoding="utf-8") as handle:
+                options = {"layout": handle.read()}
+        except (OSError, UnicodeDecodeError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            print(f"ragen play: --layout {args.layout}: {reason}", file=sys.stderr)
+            return 2
     try:
         obs, _ = env.reset(seed=args.seed, options=options)
     except (LayoutError, ValueError) as error:
@@ -63,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     play = sub.add_parser("play", help="play an environment by hand in the terminal")
     play.add_argument("tag", help="environment tag (see `ragen envs`)")
     play.add_argument("--seed", type=int, default=0, help="instance seed (same seed, same episode)")
-    play.add_argument("--layout", help="file with a fixed layout in the env's own symbols (sokoban, frozen_lake)")
+    play.add_argument("--layout", help="file with a fixed layout in the env's own symbols (sokoban, frozen_lake) "
+                      "or a countdown puzzle ('Target: 24, nums: [2, 3, 4]')")
     return parser
 
 

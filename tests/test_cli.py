@@ -42,3 +42,10 @@ def test_play_unknown_tag_and_bad_layout_are_clear_errors(tmp_path):
     bad.write_text("#####\n#P?X#\n")
     out = ragen("play", "sokoban", "--layout", str(bad))
     assert out.returncode == 2 and "row 2" in out.stderr
+    # a layout file that is not there: one line, not an open() traceback
+    missing = tmp_path / "none.txt"
+    out = ragen("play", "sokoban", "--layout", str(missing))
+    assert (out.returncode, out.stderr) == (2, f"ragen play: --layout {missing}: No such file or directory\n")
+    (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00")
+    out = ragen("play", "sokoban", "--layout", str(tmp_path / "binary.txt"))
+    assert out.returncode == 2 and "'utf-8' codec can't decode" in out.stderr and "Traceback" not in out.stderr
