@@ -20,7 +20,7 @@ from flows.lineage import OtherSettings, differences
 from ragen.config import Config, load_config
 from ragen.fileio import read_json, write_text
 from ragen.presets import describe_preset
-from ragen.report import (STD_DROP, TEMPLATE_DROP, TEMPLATE_MI, TEMPLATE_WINDOW, Series, echo_trap, fall_in_se,
+from ragen.report import (MARKER_WINDOW, STD_DROP, TEMPLATE_DROP, TEMPLATE_MI, Series, echo_trap, fall_in_se,
                           gap_text, markdown_table, plot_curves, read_steps_csv, template_collapse, to_series)
 from ragen.tracking import MlflowTracker, preset_of
 
@@ -96,12 +96,13 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, series: Series, trap: dict
         "",
         f"![curves]({figure})",
         "",
-        f"Echo Trap marker (in-group reward std below {STD_DROP:.0%} of its peak for good): "
+        f"Echo Trap marker (in-group reward std below {STD_DROP:.0%} of its peak for good; means over "
+        f"{MARKER_WINDOW} steps): "
         f"{'none' if trap['collapse_step'] is None else 'step ' + str(trap['collapse_step'])} -> "
         f"{trap['verdict']}.{fall}",
         "",
         f"Template marker (first-action entropy below {TEMPLATE_DROP:.0%} of its first value, with under "
-        f"{TEMPLATE_MI} nats on the instance, for good; means over {TEMPLATE_WINDOW} steps): "
+        f"{TEMPLATE_MI} nats on the instance, for good; means over {MARKER_WINDOW} steps): "
         f"{'none' if template['collapse_step'] is None else 'step ' + str(template['collapse_step'])}. First action "
         f"at the rollout temperature: "
         f"entropy {template['entropy_first']:.3f} -> {template['entropy_last']:.3f} nats, information on the instance "

@@ -5,13 +5,15 @@ same axes, so StarPO and StarPO-S (or any ablation's variants) compare side by s
 seed are averaged into one curve with a min-max band.
 
 Echo Trap marker (RAGEN section 4): the step after which the in-group reward std stays below `STD_DROP` of its
-peak (step 0, the stage-filter batch, left out of the peak): the rollouts of a group have become alike. It is
+peak, both as trailing means over `MARKER_WINDOW` steps (step 0, the stage-filter batch, left out): the rollouts of a
+group have become alike. One batch's std is noisy where successes are rare (Sokoban's eight groups a step read 0.4 to
+3.6 around a mean of 1.7), so a single step's peak and a run's last two low steps made a marker of noise. It is
 called a trap when validation success ends clearly below its best (a collapse), and a convergence when success
 stays at its best; a success collapse with the reward std kept is reported as such.
 
 Template marker (ragen.diagnostics): the step after which the entropy of the episodes' first action stays below
 `TEMPLATE_DROP` of its first value while that action carries less than `TEMPLATE_MI` nats about the instance, both
-as means over the last `TEMPLATE_WINDOW` steps (one batch's estimate is noisy): the policy has lost a quarter of its
+as means over the last `MARKER_WINDOW` steps (one batch's estimate is noisy): the policy has lost a quarter of its
 opening's spread and gained nothing on the instance for it, so it opens the same way whatever it is shown. At the
 rollout temperature 1 the fall is partial; at the evaluation's 0.5 the same policy opens with one action on nearly
 every instance (bench/RESULTS.md, "Template collapse"). The reward std can stay up meanwhile, so the Echo Trap
@@ -43,7 +45,7 @@ COLLAPSE_MARGIN = 0.1
 COLLAPSE_SHARE = 0.5
 TEMPLATE_DROP = 0.75
 TEMPLATE_MI = 0.1
-TEMPLATE_WINDOW = 10
+MARKER_WINDOW = 10
 
 
 @dataclass(frozen=True)
@@ -84,20 +86,22 @@ def mean_series(label: str, runs: Sequence[Series]) -> Series:
     return Series(label, runs[0].steps[:length], values, lo, hi)
 
 
-def echo_trap(series: Series) -> dict[str, float | int | str | None]:
+def echo_trap(series: Series, window: int = MARKER_WINDOW) -> dict[str, float | int | str | None]:
     """The reward-std collapse step (or None), and whether success collapsed (trap) or held after it.
 
-    Success collapsed when the last val success is below the best by COLLAPSE_MARGIN, or by COLLAPSE_SHARE of the
-    best where that is less: a Sokoban run whose val falls 0.11 -> 0.02 has collapsed though it lost under 0.1."""
+    The collapse step is the first after which the trailing mean of the in-group reward std over `window` steps
+    stays below STD_DROP of that mean's peak (step 0 and steps without a figure left out). Success collapsed when
+    the last val success is below the best by COLLAPSE_MARGIN, or by COLLAPSE_SHARE of the best where that is less:
+    a Sokoban run whose val falls 0.11 -> 0.02 has collapsed though it lost under 0.1."""
     std, success = series.values["rollout/in_group_std_mean"], series.values["val_success"]
-    later = [s for s in std[1:] if not math.isnan(s)]
-    if not later:
+    known = [i for i in range(1, len(std)) if not math.isnan(std[i])]
+    if not known:
         return {"collapse_step": None, "verdict": "no data"}
-    peak, step = max(later), None
-    for i in range(1, len(std)):
-        after = [s for s in std[i:] if not math.isnan(s)]
-        if peak > 0 and after and max(after) < STD_DROP * peak:
-            step = series.steps[i]
+    smooth = trailing_means([std[i] for i in known], window)
+    peak, step = max(smooth), None
+    for j in range(len(known)):
+        if peak > 0 and max(smooth[j:]) < STD_DROP * peak:
+            step = series.steps[known[j]]
             break
     valid = [s for s in success if not math.isnan(s)]
     best, last = (max(valid), valid[-1]) if valid else (math.nan, math.nan)
@@ -131,7 +135,7 @@ def trailing_means(values: Sequence[float], window: int) -> list[float]:
     return [sum(values[max(0, i - window + 1):i + 1]) / (i + 1 - max(0, i - window + 1)) for i in range(len(values))]
 
 
-def template_collapse(series: Series, window: int = TEMPLATE_WINDOW) -> dict[str, float | int | None]:
+def template_collapse(series: Series, window: int = MARKER_WINDOW) -> dict[str, float | int | None]:
     """The step after which the first action's entropy stays below TEMPLATE_DROP of its first value with its
     information on the instance below TEMPLATE_MI nats, both as trailing means over `window` steps (None if never),
     and both quantities at the first and last step (trailing means; steps without them, as in older csvs, skipped)."""

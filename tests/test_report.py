@@ -21,7 +21,7 @@ def series(std, entropy, success, label="run", first_entropy=None, first_mi=None
 def test_echo_trap_when_std_and_entropy_collapse_and_success_falls():
     s = series(std=[0.4, 0.5, 0.3, 0.04, 0.01, 0.0], entropy=[1.0, 0.9, 0.6, 0.4, 0.2, 0.1],
                success=[0.3, 0.6, 0.7, 0.5, 0.2, 0.1])
-    result = echo_trap(s)
+    result = echo_trap(s, window=1)
     assert result["collapse_step"] == 3 and result["verdict"] == "echo trap (success collapsed)"
     assert result["best_val_success"] == 0.7 and result["final_val_success"] == 0.1
 
@@ -29,22 +29,38 @@ def test_echo_trap_when_std_and_entropy_collapse_and_success_falls():
 def test_a_low_success_collapses_by_half_of_its_best():
     # the nonzero-filter Sokoban run: val 0.111 -> 0.023 lost under the 0.1 margin, but more than half its best
     trap = series(std=[5.0, 5.5, 3.0, 1.0, 0.5], entropy=[1.0] * 5, success=[0.10, 0.111, 0.08, 0.05, 0.023])
-    assert echo_trap(trap)["collapse_step"] == 3 and echo_trap(trap)["verdict"] == "echo trap (success collapsed)"
+    assert echo_trap(trap, window=1)["collapse_step"] == 3 and echo_trap(trap, window=1)["verdict"] == "echo trap (success collapsed)"
     held = series(std=[5.0, 5.5, 3.0, 1.0, 0.5], entropy=[1.0] * 5, success=[0.10, 0.111, 0.08, 0.07, 0.06])
-    assert echo_trap(held)["verdict"] == "converged (success held)"  # 0.06 is above 0.111 / 2
+    assert echo_trap(held, window=1)["verdict"] == "converged (success held)"  # 0.06 is above 0.111 / 2
     high = series(std=[0.4, 0.2, 0.03, 0.0], entropy=[1.0] * 4, success=[0.5, 0.9, 0.85, 0.81])
-    assert echo_trap(high)["verdict"] == "converged (success held)"  # above 0.2 the margin stays 0.1
+    assert echo_trap(high, window=1)["verdict"] == "converged (success held)"  # above 0.2 the margin stays 0.1
 
 
 def test_collapse_with_success_held_is_convergence_and_a_rebound_is_no_collapse():
     held = series(std=[0.4, 0.2, 0.03, 0.0], entropy=[1.0, 0.6, 0.3, 0.2], success=[0.5, 0.9, 0.98, 0.99])
-    assert echo_trap(held)["collapse_step"] == 2 and echo_trap(held)["verdict"] == "converged (success held)"
+    assert echo_trap(held, window=1)["collapse_step"] == 2 and echo_trap(held, window=1)["verdict"] == "converged (success held)"
     rebound = series(std=[0.4, 0.01, 0.3, 0.2], entropy=[1.0, 0.3, 0.3, 0.3], success=[0.5, 0.5, 0.5, 0.5])
-    assert echo_trap(rebound)["collapse_step"] is None and echo_trap(rebound)["verdict"] == "none"
+    assert echo_trap(rebound, window=1)["collapse_step"] is None and echo_trap(rebound, window=1)["verdict"] == "none"
     # step 0 (the stage-filter batch, high std by construction) does not set the peak
     filtered_start = series(std=[0.9, 0.2, 0.15, 0.1], entropy=[1.0] * 4, success=[0.5, 0.6, 0.2, 0.1])
-    assert echo_trap(filtered_start)["collapse_step"] is None
-    assert echo_trap(filtered_start)["verdict"] == "success collapsed (reward std kept)"
+    assert echo_trap(filtered_start, window=1)["collapse_step"] is None
+    assert echo_trap(filtered_start, window=1)["verdict"] == "success collapsed (reward std kept)"
+
+
+def test_the_echo_trap_marker_reads_the_std_over_a_window_not_one_noisy_step():
+    # a 40-step StarPO-S run on Sokoban (`dvc exp run -S train.env=sokoban`, 2026-12-06): eight groups a step, so
+    # one step's std swings 0.4-3.6; no trend, yet its last two steps sat under a quarter of the one-step peak
+    std = [1.14, 1.15, 2.07, 0.46, 1.17, 3.63, 1.16, 2.04, 1.17, 2.54, 1.5, 1.8, 1.19, 2.24, 1.73, 2.87, 0.81, 0.97,
+           1.06, 2.22, 1.89, 1.76, 1.81, 1.44, 2.59, 2.42, 0.43, 2.09, 1.12, 2.06, 2.69, 1.83, 1.79, 2.18, 0.79, 1.93,
+           0.81, 1.19, 0.78, 0.76]
+    noisy = series(std=std, entropy=[0.7] * 40, success=[0.06] + [math.nan] * 38 + [0.05])
+    assert echo_trap(noisy, window=1)["collapse_step"] == 38  # the old reading: a collapse at step 38
+    assert echo_trap(noisy)["collapse_step"] is None and echo_trap(noisy)["verdict"] == "none"
+    # a real collapse is still found over the window, a few steps after the raw drop (trailing means over 3:
+    # 1, 1, 1, 0.7, 0.383, 0.05, ... below 0.25 of the peak 1 from step 6 on)
+    real = series(std=[1.0] * 4 + [0.1, 0.05] + [0.0] * 4, entropy=[1.0] * 10, success=[0.5] * 10)
+    assert echo_trap(real, window=3)["collapse_step"] == 6
+    assert echo_trap(real, window=3)["verdict"] == "converged (success held)"
 
 
 def test_template_marker_needs_low_entropy_and_no_information_for_good():
