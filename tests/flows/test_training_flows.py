@@ -79,7 +79,9 @@ def test_training_stages_end_to_end(prepared, capsys):
     assert any(not torch.equal(before[k], after[k]) for k in before)
     rows = list(csv.DictReader(open(project / "metrics/train_steps.csv")))
     assert [int(r["step"]) for r in rows] == [0, 1, 2, 3]
-    assert float(rows[0]["filter/kept_frac"]) == 1.0  # step 1 trains on the whole stage-filter batch
+    # step 1 trains on stage filter's batch, kept whole, and logs stage filter's figures (it logged kept_frac 1.0)
+    filtered = json.loads((project / "metrics/filter.json").read_text())
+    assert float(rows[0]["filter/kept_frac"]) == filtered["filter/kept_frac"] == 0.5
     # its rollout/ metrics are those of the whole batch stage rollout played, not of the kept groups alone
     played = json.loads((project / "metrics/rollout.json").read_text())
     for key in ("rollout/success_rate", "rollout/return_mean", "rollout/in_group_std_mean"):
