@@ -455,7 +455,7 @@ def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, en
             **instance_gaps(paired)})
     result["pool"] = pool_fit(cfg, base_policy, load_policy(str(out / "policy"), device="cpu"), envs_dir, env,
                               args.steps)
-    steps = read_steps_csv(out / "train_steps.csv")
+    steps = [row for row in read_steps_csv(out / "train_steps.csv") if row["step"] < args.steps]  # not the final val
     result["curve"] = [row["rollout/success_rate"] for row in steps[1:]]
     result["moves"] = moves_per_step(cfg, envs_dir, env, len(steps))[1:]
     result["opening"] = {key: [row.get(key, math.nan) for row in steps[1:]] for key in OPENING if key in steps[0]}

@@ -169,13 +169,16 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
             save_meta(critic_out, {"critic": "none"})
         # the DVC metrics file holds deterministic content only; timings are returned and live in MLflow
         write_json(metrics_path, {k: v for k, v in final.items() if not k.startswith(("timing/", "perf/"))})
-        write_steps_csv(steps_csv, history, cfg.train.env)
+        write_steps_csv(steps_csv, history, cfg.train.env, final_val=summary["success_rate"])
         shutil.rmtree(ckpt, ignore_errors=True)
         print(f"update | done | val/{cfg.train.env}/success {summary['success_rate']:.3f}")
     return final
 
 
-def write_steps_csv(path: str, history: list[dict], env: str) -> None:
+def write_steps_csv(path: str, history: list[dict], env: str, final_val: float) -> None:
+    """One row per training step (its val_success the last in-loop evaluation's, carried forward), then a row at
+    step train.steps with the evaluation after the last update alone (`final_val`), so the val curve ends where
+    training did: without it a 10-step run's curve read the base's figure throughout."""
     last_val = ""
     with staged_file(path) as tmp, open(tmp, "w", newline="") as handle:
         writer = csv.writer(handle)
@@ -183,6 +186,7 @@ def write_steps_csv(path: str, history: list[dict], env: str) -> None:
         for row in history:
             last_val = row.get(f"val/{env}/success", last_val)
             writer.writerow([row["step"], last_val] + [row.get(k, "") for k in PLOT_KEYS[2:]])
+        writer.writerow([len(history), final_val] + [""] * (len(PLOT_KEYS) - 2))
 
 
 if __name__ == "__main__":

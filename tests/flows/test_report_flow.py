@@ -2,14 +2,17 @@
 refusal of metrics from another run than its settings describe."""
 
 import json
+import math
 
 import pytest
 
 from flows.cli import main
 from flows.lineage import OtherSettings, made_with
 from flows.report import check_ran_with, check_trained_with, fall_sentence, gap_cell, headline
+from flows.update import write_steps_csv
 from ragen.config import load_config
 from ragen.fileio import StageFileError
+from ragen.report import echo_trap, read_steps_csv, to_series
 
 
 def test_the_fall_is_given_in_standard_errors_only_when_success_fell():
@@ -90,3 +93,17 @@ def test_ragen_report_and_nightly_refuse_in_one_line(prefect_harness, project, c
     assert len(failed) == 1 and failed[0].exc_info is None and "Traceback" not in caplog.text
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("ragen report: metrics/train.json is of 2 steps on frozen_lake")
+
+
+def test_the_val_curve_ends_with_the_evaluation_after_the_last_update(tmp_path):
+    # 3 steps, in-loop val at step 0 only (eval_every 10): the curve read the base's 0.4 throughout before
+    history = [{"step": 0, "val/bandit/success": 0.4, "rollout/success_rate": 0.5, "rollout/in_group_std_mean": 0.3},
+               {"step": 1, "rollout/success_rate": 0.6, "rollout/in_group_std_mean": 0.2},
+               {"step": 2, "rollout/success_rate": 0.7, "rollout/in_group_std_mean": 0.2}]
+    write_steps_csv(str(tmp_path / "steps.csv"), history, "bandit", final_val=0.9)
+    rows = read_steps_csv(tmp_path / "steps.csv")
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert [r["val_success"] for r in rows] == [0.4, 0.4, 0.4, 0.9]
+    assert math.isnan(rows[3]["rollout/success_rate"]) and rows[2]["rollout/success_rate"] == 0.7
+    series = to_series("bandit", rows)
+    assert echo_trap(series, window=1)["final_val_success"] == 0.9  # the trap's "last" is the final evaluation

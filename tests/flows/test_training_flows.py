@@ -78,7 +78,8 @@ def test_training_stages_end_to_end(prepared, capsys):
     after = load_policy(project / "models/policy", device="cpu").model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     rows = list(csv.DictReader(open(project / "metrics/train_steps.csv")))
-    assert [int(r["step"]) for r in rows] == [0, 1, 2, 3]
+    assert [int(r["step"]) for r in rows] == [0, 1, 2, 3, 4]  # 4: the evaluation after the last update
+    assert float(rows[4]["val_success"]) == result["val/bandit/success"] and rows[4]["rollout/success_rate"] == ""
     # step 1 trains on stage filter's batch, kept whole, and logs stage filter's figures (it logged kept_frac 1.0)
     filtered = json.loads((project / "metrics/filter.json").read_text())
     assert float(rows[0]["filter/kept_frac"]) == filtered["filter/kept_frac"] == 0.5
