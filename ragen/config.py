@@ -250,16 +250,15 @@ def load_config(path: str | Path | None = "params.yaml", overrides: Sequence[str
     Raises:
         ConfigError: an unknown key, a wrong type, a malformed file or an invalid value, naming the key.
     """
-    merged = OmegaConf.structured(Config)
+    schema, files = OmegaConf.structured(Config), []
     if path is not None:
         path = Path(path)
         if not path.exists():
             raise ConfigError(f"{path}: no such params file (run from the project root, or pass the path)")
         try:
-            layer = OmegaConf.load(path)
+            files.append(OmegaConf.load(path))
         except Exception as error:  # yaml syntax errors come in several types
             raise ConfigError(f"{path}: not valid YAML: {error}") from None
-        merged = _merge(merged, layer, f"{path}")
     from ragen.presets import expand_presets
 
     try:
@@ -269,8 +268,12 @@ def load_config(path: str | Path | None = "params.yaml", overrides: Sequence[str
     malformed = [item for item in overrides if "=" not in item]
     if malformed:
         raise ConfigError(f"override {malformed[0]!r} is not key=value; write e.g. train.steps=10")
-    for item in overrides:  # one at a time, so that a refused key or value is named with its override
-        merged = _merge(merged, item, f"override {item!r}")
+    try:  # all at once; when refused, again one source at a time, so that the one refused is named
+        merged = OmegaConf.merge(schema, *files, OmegaConf.from_dotlist(list(overrides)))
+    except (OmegaConfBaseException, yaml.YAMLError):
+        merged = schema
+        for source, layer in [(f"{path}", file) for file in files] + [(f"override {o!r}", o) for o in overrides]:
+            merged = _merge(merged, layer, source)
     try:
         config: Config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as error:
