@@ -338,10 +338,15 @@ def test_a_variant_whose_dask_workers_die_for_memory_ends_the_set_with_one_line(
     kills it at its memory limit, the scheduler gives up after a few (KilledWorker), and the set ends with its one
     line naming the variant and what to lower, exit code 2, instead of a traceback."""
     pytest.importorskip("prefect_dask")
+    import dask
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
-                      memory_limit="600MiB") as cluster:
+    # no pause between 80% and 95% of the limit: a worker paused there for good ran nothing and was never killed;
+    # and a cluster left with no worker (a restart that failed under load) fails its tasks within two minutes: once
+    # this test hung CI that way, waiting on the variant's future with no worker process left
+    settings = {"distributed.worker.memory.pause": False, "distributed.scheduler.no-workers-timeout": "120s"}
+    with dask.config.set(settings), LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                                 dashboard_address=None, memory_limit="600MiB") as cluster:
         code = main(["ablate", "tiny", "--runner", "dask", "--address", cluster.scheduler_address])
     assert code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
