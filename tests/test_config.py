@@ -39,9 +39,11 @@ def write(tmp_path, text):
     "text, message",
     [
         ("envs:\n  trian_size: 3\n",
-         r"unknown key 'envs.trian_size' \(did you mean 'envs.train_size'\?\); known keys under 'envs': tags, train_size"),
+         r"unknown key 'envs.trian_size' \(did you mean 'envs.train_size'\?\); known keys under 'envs': tags, "
+         r"train_size"),
         ("env:\n  train_size: 3\n",
-         r"unknown key 'env' \(did you mean 'envs'\?\); known keys at the top level: envs, model, base, rollout, filter"),
+         r"unknown key 'env' \(did you mean 'envs'\?\); known keys at the top level: envs, model, base, rollout, "
+         r"filter"),
         ("envs:\n  train_size: many\n", "bad value for 'envs.train_size'"),
         ("envs:\n  tags: [sokoban, sokobn]\n", "unknown env tag"),
         ("envs:\n  val_size: 0\n", "envs.val_size must be positive"),

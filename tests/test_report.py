@@ -29,7 +29,8 @@ def test_echo_trap_when_std_and_entropy_collapse_and_success_falls():
 def test_a_low_success_collapses_by_half_of_its_best():
     # the nonzero-filter Sokoban run: val 0.111 -> 0.023 lost under the 0.1 margin, but more than half its best
     trap = series(std=[5.0, 5.5, 3.0, 1.0, 0.5], entropy=[1.0] * 5, success=[0.10, 0.111, 0.08, 0.05, 0.023])
-    assert echo_trap(trap, window=1)["collapse_step"] == 3 and echo_trap(trap, window=1)["verdict"] == "echo trap (success collapsed)"
+    assert echo_trap(trap, window=1)["collapse_step"] == 3
+    assert echo_trap(trap, window=1)["verdict"] == "echo trap (success collapsed)"
     held = series(std=[5.0, 5.5, 3.0, 1.0, 0.5], entropy=[1.0] * 5, success=[0.10, 0.111, 0.08, 0.07, 0.06])
     assert echo_trap(held, window=1)["verdict"] == "converged (success held)"  # 0.06 is above 0.111 / 2
     high = series(std=[0.4, 0.2, 0.03, 0.0], entropy=[1.0] * 4, success=[0.5, 0.9, 0.85, 0.81])
@@ -38,7 +39,8 @@ def test_a_low_success_collapses_by_half_of_its_best():
 
 def test_collapse_with_success_held_is_convergence_and_a_rebound_is_no_collapse():
     held = series(std=[0.4, 0.2, 0.03, 0.0], entropy=[1.0, 0.6, 0.3, 0.2], success=[0.5, 0.9, 0.98, 0.99])
-    assert echo_trap(held, window=1)["collapse_step"] == 2 and echo_trap(held, window=1)["verdict"] == "converged (success held)"
+    assert echo_trap(held, window=1)["collapse_step"] == 2
+    assert echo_trap(held, window=1)["verdict"] == "converged (success held)"
     rebound = series(std=[0.4, 0.01, 0.3, 0.2], entropy=[1.0, 0.3, 0.3, 0.3], success=[0.5, 0.5, 0.5, 0.5])
     assert echo_trap(rebound, window=1)["collapse_step"] is None and echo_trap(rebound, window=1)["verdict"] == "none"
     # step 0 (the stage-filter batch, high std by construction) does not set the peak
