@@ -98,11 +98,9 @@ def echo_trap(series: Series, window: int = MARKER_WINDOW) -> dict[str, float | 
     if not known:
         return {"collapse_step": None, "verdict": "no data"}
     smooth = trailing_means([std[i] for i in known], window)
-    peak, step = max(smooth), None
-    for j in range(len(known)):
-        if peak > 0 and max(smooth[j:]) < STD_DROP * peak:
-            step = series.steps[known[j]]
-            break
+    peak = max(smooth)
+    start = first_for_good([peak > 0 and s < STD_DROP * peak for s in smooth])
+    step = None if start is None else series.steps[known[start]]
     valid = [s for s in success if not math.isnan(s)]
     best, last = (max(valid), valid[-1]) if valid else (math.nan, math.nan)
     collapsed = last < best - min(COLLAPSE_MARGIN, COLLAPSE_SHARE * best)
@@ -135,6 +133,15 @@ def trailing_means(values: Sequence[float], window: int) -> list[float]:
     return [sum(values[max(0, i - window + 1):i + 1]) / (i + 1 - max(0, i - window + 1)) for i in range(len(values))]
 
 
+def first_for_good(holds: Sequence[bool]) -> int | None:
+    """The first index from which every later one holds too (None when the last does not): where a marker's
+    condition starts to hold for good."""
+    start = None
+    for i, held in enumerate(holds):
+        start = (i if start is None else start) if held else None
+    return start
+
+
 def template_collapse(series: Series, window: int = MARKER_WINDOW) -> dict[str, float | int | None]:
     """The step after which the first action's entropy stays below TEMPLATE_DROP of its first value with its
     information on the instance below TEMPLATE_MI nats, both as trailing means over `window` steps (None if never),
@@ -146,11 +153,8 @@ def template_collapse(series: Series, window: int = MARKER_WINDOW) -> dict[str, 
                 "mi_first": math.nan, "mi_last": math.nan}
     h = trailing_means([entropy[i] for i in known], window)
     m = trailing_means([mi[i] for i in known], window)
-    step = None
-    for j in range(len(known)):
-        if all(h[k] < TEMPLATE_DROP * h[0] and m[k] < TEMPLATE_MI for k in range(j, len(known))):
-            step = series.steps[known[j]]
-            break
+    start = first_for_good([hk < TEMPLATE_DROP * h[0] and mk < TEMPLATE_MI for hk, mk in zip(h, m)])
+    step = None if start is None else series.steps[known[start]]
     return {"collapse_step": step, "entropy_first": h[0], "entropy_last": h[-1], "mi_first": m[0], "mi_last": m[-1]}
 
 

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from ragen.report import (CURVES, Series, echo_trap, fall_in_se, markdown_table, mean_series, plot_curves,
-                          read_steps_csv, template_collapse, to_series, trailing_means)
+from ragen.report import (CURVES, Series, echo_trap, fall_in_se, first_for_good, markdown_table, mean_series,
+                          plot_curves, read_steps_csv, template_collapse, to_series, trailing_means)
 
 
 def series(std, entropy, success, label="run", first_entropy=None, first_mi=None):
@@ -63,6 +63,11 @@ def test_the_echo_trap_marker_reads_the_std_over_a_window_not_one_noisy_step():
     real = series(std=[1.0] * 4 + [0.1, 0.05] + [0.0] * 4, entropy=[1.0] * 10, success=[0.5] * 10)
     assert echo_trap(real, window=3)["collapse_step"] == 6
     assert echo_trap(real, window=3)["verdict"] == "converged (success held)"
+
+
+def test_a_condition_holds_for_good_from_the_start_of_its_last_run():
+    assert first_for_good([True, False, True, True]) == 2 and first_for_good([False, True]) == 1
+    assert first_for_good([True, True, False]) is None and first_for_good([]) is None
 
 
 def test_template_marker_needs_low_entropy_and_no_information_for_good():
