@@ -156,10 +156,17 @@ def run_variant(run: AblationRun, set_name: str, out_root: str, params: str, sta
 def variant_result(run: AblationRun, future: Any, params: str) -> dict[str, Any]:
     """The variant's summary from its future. On a Dask cluster a variant whose every worker died (the scheduler
     gives up after a few: distributed's KilledWorker) ends the set with an `AblationError` naming it and the
-    settings that bound what it holds at once, since a worker killed for memory is the usual cause."""
+    settings that bound what it holds at once, since a worker killed for memory is the usual cause; and one that
+    waited for a worker longer than the scheduler's `distributed.scheduler.no-workers-timeout` (when it has one; by
+    default a cluster waits for its workers to come back) ends it with one naming that."""
     try:
         return future.result()
     except Exception as error:
+        if type(error).__name__ in ("NoWorkerError", "NoValidWorkerError"):
+            raise AblationError(f"variant {run.name}: the Dask cluster had no worker to run it for longer than its "
+                                f"scheduler's no-workers-timeout (distributed's {type(error).__name__}); start "
+                                f"workers in this project folder (`dask worker <scheduler address>`) and rerun; "
+                                f"a rerun skips the variants that finished") from None
         if type(error).__name__ != "KilledWorker":
             raise
         raise AblationError(f"variant {run.name}: {worker_died_message(load_config(params, list(run.overrides)))}; "
@@ -173,8 +180,33 @@ def workers_here(spec: RunnerSpec, params: str) -> int:
     return thread_workers(spec.workers, device, os.cpu_count() or 2)
 
 
+def check_dask_scheduler(address: str, timeout_s: float = 10.0) -> int:
+    """The number of workers of the Dask scheduler at `address`; an `AblationError` naming the address when it is
+    malformed or names an unknown host, or when no scheduler answers there within `timeout_s` (before, the set's
+    flow started and ended 30 s later in distributed's connection traceback)."""
+    import socket
+
+    from distributed import Client
+    from distributed.comm import resolve_address
+
+    where = "`--address tcp://host:8786`, or runner.address in ablations.yaml"
+    try:
+        resolve_address(address)  # before a client, which would retry a host it cannot resolve until its timeout
+    except (ValueError, socket.gaierror) as error:
+        raise AblationError(f"runner.address {address}: {error}; give a Dask scheduler's address as {where}"
+                            ) from None
+    try:
+        with Client(address, timeout=timeout_s, set_as_default=False) as client:
+            return len(client.scheduler_info()["workers"])
+    except OSError as error:
+        raise AblationError(f"runner.address {address}: no Dask scheduler answered there within {timeout_s:g} s "
+                            f"({error}); start one (`dask scheduler`, and `dask worker <its address>` in this project "
+                            f"folder) or give its address ({where})") from None
+
+
 def task_runner(spec: RunnerSpec, params: str = "params.yaml"):
-    """Prefect task runner for the spec: threads here (`workers_here` at once), or an existing Dask / Ray cluster."""
+    """Prefect task runner for the spec: threads here (`workers_here` at once), or an existing Dask / Ray cluster
+    (a Dask scheduler must answer at its address: `check_dask_scheduler`)."""
     if spec.kind == "threads":
         from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -183,6 +215,9 @@ def task_runner(spec: RunnerSpec, params: str = "params.yaml"):
         if spec.kind == "dask":
             from prefect_dask import DaskTaskRunner
 
+            if not check_dask_scheduler(spec.address):
+                print(f"ablate | the Dask cluster at {spec.address} has no worker yet: the set waits for one (start "
+                      f"`dask worker {spec.address}` in this project folder)")
             return DaskTaskRunner(address=spec.address)
         from prefect_ray import RayTaskRunner
 
@@ -317,8 +352,9 @@ def run_ablation(set_name: str, extra: Sequence[str] = (), *, runner: str | None
     data = read_ablations(ablations)
     expand_set(data, set_name, extra=list(extra))  # a wrong set name or knob fails before the set's folder exists
     spec = runner_spec(data, kind=runner, workers=workers, address=address)
+    runner_here = task_runner(spec)  # before the flow: a Dask scheduler that does not answer ends it in one line
     with exclusively(Path("ablations") / set_name / ".lock", f"ablations/{set_name}/"), prefect_api():
-        return ablate.with_options(task_runner=task_runner(spec))(
+        return ablate.with_options(task_runner=runner_here)(
             set_name, list(extra), ablations=ablations, runner=runner, workers=workers, address=address)
 
 

@@ -4,6 +4,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from flows.envgen import envgen
 from flows.evaluate import evaluate
 from flows.nightly import entry_metrics
 from processes import left_running, own_session, wait_until
+from ragen.ablation import AblationError
 from ragen.fileio import StageFileError
 from ragen.trajectory_io import read_trajectories
 from smallproject import write_params
@@ -190,6 +192,59 @@ def test_a_set_already_running_is_not_run_again_beside_it(prefect_harness, proje
     assert [p.name for p in (project / "ablations" / "tiny").iterdir()] == [".lock"]
     with exclusively(project / "ablations" / "tiny" / ".lock", "ablations/tiny/"):  # the killed holder's is gone
         assert (project / "ablations" / "tiny" / ".lock").read_text() == f"{os.getpid()}\n"
+
+
+@pytest.mark.parametrize("address, said", [
+    ("tcp://host", "runner.address tcp://host: missing port number in address 'host'; give a Dask scheduler's "
+                   "address as `--address tcp://host:8786`, or runner.address in ablations.yaml"),
+    ("nosuch://x:1", "runner.address nosuch://x:1: unknown address scheme 'nosuch'"),
+])
+def test_a_malformed_dask_address_ends_the_set_before_it_starts(prefect_harness, project, capsys, address, said):
+    pytest.importorskip("prefect_dask")
+    write_params(project, small=SMALL)
+    (project / "ablations.yaml").write_text(ABLATIONS)
+    assert main(["ablate", "tiny", "--runner", "dask", "--address", address]) == 2
+    assert capsys.readouterr().err.strip().startswith(f"ragen ablate: {said}")
+    assert not (project / "ablations").exists() and not (project / "mlruns").exists()
+
+
+def test_no_dask_scheduler_at_the_address_is_named_within_the_timeout():
+    """A port where nothing listens: the client retries until its timeout, then one error naming the address
+    (before: the set's flow started and ended in distributed's traceback 30 s later)."""
+    pytest.importorskip("prefect_dask")
+    from flows.ablate import check_dask_scheduler
+
+    with socket.socket() as sock:  # a free port, closed again: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+    start = time.monotonic()
+    with pytest.raises(AblationError, match=rf"^runner.address {address}: no Dask scheduler answered there within "
+                                            r"0.5 s \(Timed out trying to connect"):
+        check_dask_scheduler(address, timeout_s=0.5)
+    assert time.monotonic() - start < 10
+
+
+def test_a_set_on_a_dask_cluster_without_workers_ends_at_the_schedulers_timeout(prefect_harness, project, capsys):
+    """A cluster with no worker: the set says so and waits (Dask's default: workers may come back); with the
+    scheduler's no-workers-timeout set, the set ends at it with one line instead of waiting forever."""
+    pytest.importorskip("prefect_dask")
+    import dask
+    from distributed import LocalCluster
+
+    write_params(project, small=SMALL)
+    (project / "ablations.yaml").write_text(ABLATIONS)
+    for needed in ("data/envs", "models/base"):  # never read: no variant runs without a worker
+        (project / needed).mkdir(parents=True)
+    with dask.config.set({"distributed.scheduler.no-workers-timeout": "1s"}), LocalCluster(
+            n_workers=0, processes=False, dashboard_address=None) as cluster:
+        code = main(["ablate", "tiny", "--runner", "dask", "--address", cluster.scheduler_address])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert f"ablate | the Dask cluster at {cluster.scheduler_address} has no worker yet: the set waits for one" in out
+    assert re.fullmatch(r"ragen ablate: variant (grpo|s)-s[01]: the Dask cluster had no worker to run it for longer "
+                        r"than its scheduler's no-workers-timeout \(distributed's NoWorkerError\); start workers in "
+                        r"this project folder \(`dask worker <scheduler address>`\) and rerun; a rerun skips the "
+                        r"variants that finished", err.strip().splitlines()[-1]), err
 
 
 def write_spec(project, minimum):
