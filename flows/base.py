@@ -26,8 +26,8 @@ from ragen.config import Config, load_config
 from ragen.envs import make_env
 from ragen.policy import Policy
 from ragen.policy.fingerprint import digest, fingerprint
-from ragen.policy.model import (build_tiny_model, count_parameters, load_causal_lm, read_chat_template, save_meta,
-                                save_model)
+from ragen.model_meta import save_meta
+from ragen.policy.model import build_tiny_model, count_parameters, load_causal_lm, read_chat_template, save_model
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import policy_responder, run_episodes, summarize

@@ -22,7 +22,8 @@ from ragen.advantages import masked_mean
 from ragen.config import load_config
 from ragen.losses import explained_variance
 from ragen.policy import load_policy
-from ragen.policy.model import build_critic, save_meta, save_model
+from ragen.model_meta import save_meta
+from ragen.policy.model import build_critic, save_model
 from ragen.policy.scoring import score_values, shareable_prefix
 from ragen.tracking import MlflowTracker
 from ragen.train import critic_batch, select, warm_critic

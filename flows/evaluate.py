@@ -25,7 +25,7 @@ from ragen.config import Config, load_config
 from ragen.evaluation import evaluate_policy, evaluation_summary, paired_gap
 from ragen.fileio import StageFileError
 from ragen.policy import load_policy
-from ragen.policy.model import read_meta
+from ragen.model_meta import read_meta
 from ragen.report import gap_text
 from ragen.tracking import MlflowTracker
 from ragen.trajectory_io import read_trajectories, sample_table, write_trajectories

@@ -19,6 +19,7 @@ from flows.common import run_stage
 from flows.lineage import OtherSettings, differences
 from ragen.config import Config, load_config
 from ragen.fileio import read_json, write_text
+from ragen.model_meta import read_meta
 from ragen.presets import describe_preset
 from ragen.report import (MARKER_WINDOW, STD_DROP, TEMPLATE_DROP, TEMPLATE_MI, Series, echo_trap, fall_in_se,
                           gap_text, markdown_table, plot_curves, read_steps_csv, template_collapse, to_series)
@@ -52,8 +53,7 @@ def check_ran_with(cfg: Config, metrics_dir: Path) -> None:
 def check_trained_with(cfg: Config, policy_dir: str) -> None:
     """Raise OtherSettings when the policy's record (update's and the stages' before it) holds other settings than
     the report's: its title and text would describe another run. A policy without a record passes."""
-    meta = Path(policy_dir) / "ragen_meta.json"  # ragen.policy.model's META_FILE (that module imports transformers)
-    found = differences(policy_dir, (read_json(meta, "model meta file") if meta.exists() else {}).get("settings"), cfg)
+    found = differences(policy_dir, read_meta(policy_dir).get("settings"), cfg)
     if found:
         said = "; ".join(f"{key}={value} (this report: {ours})"
                          for key, (value, ours) in {key: (value, ours) for _, key, value, ours in found}.items())

@@ -29,7 +29,8 @@ from ragen.config import Config, config_digest, load_config
 from ragen.evaluation import evaluate_policy
 from ragen.fileio import staged_file
 from ragen.policy import load_policy
-from ragen.policy.model import load_critic, read_meta, save_meta, save_model
+from ragen.model_meta import read_meta, save_meta
+from ragen.policy.model import load_critic, save_model
 from ragen.tracking import MlflowTracker
 from ragen.train import Learner, train_step
 from ragen.trajectory_io import read_scores, read_settings, read_trajectories, sample_table

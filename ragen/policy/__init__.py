@@ -11,7 +11,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ragen.policy.chat import ChatRenderer
 from ragen.policy.fingerprint import changes
-from ragen.policy.model import ModelLoadError, load_causal_lm, read_meta
+from ragen.model_meta import read_meta
+from ragen.policy.model import ModelLoadError, load_causal_lm
 from ragen.policy.sampling import Sample, TokenTexts, sample
 from ragen.policy.scoring import exact_context
 from ragen.prompting import forced_prefix

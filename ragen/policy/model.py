@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-import json
 from pathlib import Path
 from typing import Any, get_args
 
@@ -31,10 +30,9 @@ from transformers import (
 from transformers.modeling_layers import GenericForTokenClassification
 from transformers.utils import logging as hf_logging
 
-from ragen.fileio import read_json, staged_dir
+from ragen.fileio import staged_dir
+from ragen.model_meta import write_meta
 from ragen.policy.chat import ChatRenderer, ChatTemplateError
-
-META_FILE = "ragen_meta.json"
 
 hf_logging.disable_progress_bar()  # no "Writing model shards" bars in stage logs
 
@@ -306,19 +304,7 @@ def save_model(model: PreTrainedModel, dest: str | Path, *, tokenizer: PreTraine
         model.save_pretrained(staging, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
-        (staging / META_FILE).write_text(json.dumps(meta or {}, indent=2, sort_keys=True) + "\n")
-
-
-def save_meta(dest: str | Path, meta: dict[str, Any]) -> None:
-    """A model folder with no weights, only its meta (an hf path record, or "no critic"), written all at once."""
-    with staged_dir(dest) as staging:
-        (staging / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-
-
-def read_meta(path: str | Path) -> dict[str, Any]:
-    """The ragen meta of a model folder ({} when it has none); StageFileError naming the file when it is corrupt."""
-    file = Path(path) / META_FILE
-    return read_json(file, "model meta file") if file.exists() else {}
+        write_meta(staging, meta)
 
 
 def count_parameters(model: torch.nn.Module) -> int:

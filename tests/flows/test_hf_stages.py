@@ -26,7 +26,8 @@ from flows.filter import filter_rollouts
 from flows.rollout import rollout
 from flows.update import update_policy
 from ragen.policy import load_policy
-from ragen.policy.model import ModelLoadError, read_meta
+from ragen.model_meta import read_meta
+from ragen.policy.model import ModelLoadError
 from ragen.policy.scoring import score_sequences
 from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.prompting import SYSTEM_PROMPT

@@ -19,7 +19,7 @@ from flows.rollout import rollout
 from flows.update import update_policy
 from ragen.checkpoint import CheckpointError
 from ragen.policy import load_policy
-from ragen.policy.model import read_meta
+from ragen.model_meta import read_meta
 from ragen.trajectory_io import read_scores, read_settings, read_trajectories, write_trajectories
 
 SMALL = ["envs.tags=[bandit,bandit_test]", "envs.train_size=16", "envs.val_size=6", "envs.test_size=4",

@@ -8,8 +8,9 @@ from transformers import BloomForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen2F
 
 from ragen.fileio import StageFileError
 from ragen.policy import Policy, load_policy
+from ragen.model_meta import read_meta
 from ragen.policy.model import (ModelLoadError, build_critic, computing, load_causal_lm, load_critic, pick_attn,
-                                pick_precision, read_chat_template, read_meta, save_model)
+                                pick_precision, read_chat_template, save_model)
 from ragen.policy.sampling import left_pad
 from ragen.policy.scoring import score_sequences, token_logprobs, token_values
 from ragen.prompting import SYSTEM_PROMPT
