@@ -49,3 +49,7 @@ def test_play_unknown_tag_and_bad_layout_are_clear_errors(tmp_path):
     (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00")
     out = ragen("play", "sokoban", "--layout", str(tmp_path / "binary.txt"))
     assert out.returncode == 2 and "'utf-8' codec can't decode" in out.stderr and "Traceback" not in out.stderr
+    # an env without layouts says so in the words of the command, not of the API (was "reset with options=None")
+    out = ragen("play", "bandit", "--layout", str(bad))
+    assert (out.returncode, out.stderr) == (2, "ragen play: bandit: the bandit takes no layout; its seed alone sets an "
+                                               "episode (the arms' order and the payout draw)\n")

@@ -71,7 +71,8 @@ class BanditEnv(TextEnv):
 
     def _reset(self, layout: str | None) -> None:
         if layout is not None:
-            raise ValueError(f"{self.tag}: the bandit has no layout; reset with options=None")
+            raise ValueError(f"{self.tag}: the bandit takes no layout; its seed alone sets an episode (the arms' "
+                             "order and the payout draw)")
         swap = self.rng.random() < 0.5
         self.order = self.arms[::-1] if swap else self.arms
         self.payout_draw = self.rng.random()  # drawn now: one stream per seed, whatever is chosen
