@@ -19,7 +19,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.ablate import rl_pipeline
-from ragen.baselines import NightlySpec, Regression, check_baselines, read_nightly_spec
+from ragen.baselines import NightlySpec, NightlySpecError, Regression, check_baselines, read_nightly_spec
 from ragen.config import load_config
 from ragen.tracking import MlflowTracker
 
@@ -45,11 +45,29 @@ def entry_metrics(name: str, summary: dict) -> dict[str, float]:
 
 
 def check_matrix(spec: str, params: str, extra: list[str] | None = None) -> NightlySpec:
-    """The nightly spec, every entry's knobs (with `extra`) checked against the schema before any work."""
+    """The nightly spec, its schedule (`check_cron`) and every entry's knobs (with `extra`) checked against the
+    schema before any work."""
     nightly_spec = read_nightly_spec(spec)
+    check_cron(nightly_spec.schedule, f"{spec}: schedule")
     for overrides in nightly_spec.matrix.values():
         load_config(params, [*overrides, *(extra or [])])
     return nightly_spec
+
+
+def check_cron(cron: str, where: str) -> str:
+    """`cron` when Prefect's cron schedule takes it; a NightlySpecError naming `where` it came from otherwise
+    (before, `ragen nightly serve --cron "61 * * *"` ended in pydantic's traceback)."""
+    from prefect.client.schemas.schedules import CronSchedule
+    from pydantic import ValidationError
+
+    try:
+        CronSchedule(cron=cron)
+    except ValidationError as error:
+        reason = "; ".join(str(e.get("msg", e)).removeprefix("Value error, ") for e in error.errors())
+        said = "" if reason.startswith("Invalid cron string") else f" ({reason})"
+        raise NightlySpecError(f"{where} {cron!r} is not a cron schedule{said}; one has five fields, minute hour "
+                               "day-of-month month day-of-week, as \"0 3 * * *\" (03:00 daily)") from None
+    return cron
 
 
 @flow(name="nightly")
@@ -85,13 +103,19 @@ def nightly(spec: str = "bench/nightly.yaml", params: str = "params.yaml", out_r
 
 def serve(spec: str = "bench/nightly.yaml", cron: str | None = None) -> None:
     """Serve the nightly deployment on the spec's cron schedule until interrupted."""
-    nightly.serve(name=DEPLOYMENT, cron=cron or read_nightly_spec(spec).schedule, parameters={"spec": spec})
+    nightly.serve(name=DEPLOYMENT, cron=schedule_of(spec, cron), parameters={"spec": spec})
 
 
 def deployment(spec: str = "bench/nightly.yaml", cron: str | None = None):
     """The deployment object `serve` registers (for inspection and tests)."""
-    return nightly.to_deployment(name=DEPLOYMENT, cron=cron or read_nightly_spec(spec).schedule,
-                                 parameters={"spec": spec})
+    return nightly.to_deployment(name=DEPLOYMENT, cron=schedule_of(spec, cron), parameters={"spec": spec})
+
+
+def schedule_of(spec: str, cron: str | None) -> str:
+    """The deployment's cron: `cron` (`--cron`) or the spec's schedule, checked (`check_cron`)."""
+    if cron:
+        return check_cron(cron, "--cron")
+    return check_cron(read_nightly_spec(spec).schedule, f"{spec}: schedule")
 
 
 __all__ = ["Regression", "RegressionError", "check_matrix", "deployment", "nightly", "serve"]

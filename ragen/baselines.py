@@ -12,6 +12,7 @@ A metric below its `min` or above its `max`, or missing from the run, is a regre
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,20 +53,56 @@ class Regression:
         return f"REGRESSION {self.metric}: {self.value:.4g} is {limit} (baseline {self.bound.baseline:g})"
 
 
+METRICS = ("val_success", "test_success", "val_gap", "seconds_per_step", "rollout_tokens_per_s")
+"""What `ragen nightly run` measures of each entry (flows.nightly.entry_metrics), the `<metric>` of a baseline."""
+KEYS = ("schedule", "matrix", "baselines")
+BOUND_KEYS = ("baseline", "min", "max")
+
+
 def read_nightly_spec(path: str | Path) -> NightlySpec:
+    """The spec at `path`, checked whole before any run: a typo in a key or a metric would otherwise drop a
+    baseline's check silently, or fail it as "missing from the run" after the whole matrix ran."""
     data = read_yaml(path, NightlySpecError, "nightly spec")
     if not isinstance(data, dict) or not isinstance(data.get("matrix"), dict) or not data["matrix"]:
         raise NightlySpecError(f"{path}: needs a non-empty 'matrix: {{entry: [key=value, ...]}}'")
+    _known(path, "top-level key", data, KEYS)
+    schedule = data.get("schedule", "0 3 * * *")
+    if not isinstance(schedule, str):
+        raise NightlySpecError(f"{path}: schedule {schedule!r} is not a cron string; quote it: schedule: \"0 3 * * *\"")
+    matrix = {}
+    for name, items in data["matrix"].items():
+        if items is not None and not (isinstance(items, list) and all(isinstance(item, str) for item in items)):
+            raise NightlySpecError(f"{path}: matrix entry {name!r} is {items!r}; give its overrides as a list of "
+                                   f"key=value strings: {name}: [train.env=bandit, preset=starpo_s]")
+        matrix[str(name)] = list(items or [])
     baselines = {}
     for metric, bound in (data.get("baselines") or {}).items():
+        if isinstance(bound, dict):
+            _known(path, f"key of baseline {metric!r}", bound, BOUND_KEYS)
         if not isinstance(bound, dict) or "baseline" not in bound or not ({"min", "max"} & set(bound)):
             raise NightlySpecError(f"{path}: baseline {metric!r} needs 'baseline' and at least one of 'min', 'max'")
-        entry = metric.split("/", 1)[0]
-        if entry not in data["matrix"]:
-            raise NightlySpecError(f"{path}: baseline {metric!r} names no matrix entry (entries: {', '.join(data['matrix'])})")
-        baselines[metric] = Bound(float(bound["baseline"]), _opt(bound.get("min")), _opt(bound.get("max")))
-    matrix = {name: [str(item) for item in items or []] for name, items in data["matrix"].items()}
-    return NightlySpec(str(data.get("schedule", "0 3 * * *")), matrix, baselines)
+        entry, _, measured = str(metric).partition("/")
+        if entry not in matrix:
+            raise NightlySpecError(f"{path}: baseline {metric!r} names no matrix entry (entries: {', '.join(matrix)})")
+        if measured not in METRICS:
+            raise NightlySpecError(f"{path}: baseline {metric!r}: the nightly measures no {measured!r}"
+                                   f"{_near(measured, METRICS)}; each entry's figures: {', '.join(METRICS)}")
+        try:
+            baselines[metric] = Bound(float(bound["baseline"]), _opt(bound.get("min")), _opt(bound.get("max")))
+        except (TypeError, ValueError):
+            raise NightlySpecError(f"{path}: baseline {metric!r}: {bound} holds a value that is not a number") from None
+    return NightlySpec(schedule, matrix, baselines)
+
+
+def _known(path: str | Path, what: str, data: dict, known: tuple[str, ...]) -> None:
+    for key in data:
+        if key not in known:
+            raise NightlySpecError(f"{path}: unknown {what} {key!r}{_near(str(key), known)}; known: {', '.join(known)}")
+
+
+def _near(word: str, known: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(word, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _opt(value: Any) -> float | None:

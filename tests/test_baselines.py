@@ -35,6 +35,17 @@ def test_committed_spec_parses_and_every_baseline_names_an_entry():
     ("matrix: {a: [train.steps=2]}\nbaselines: {a/x: {baseline: 1}}\n", "at least one of 'min', 'max'"),
     ("matrix: {a: [train.steps=2]}\nbaselines: {b/x: {baseline: 1, min: 0}}\n", "names no matrix entry"),
     ("matrix: [\n", "not valid YAML"),
+    # a typo that would drop every check silently, or fail one as "missing from the run" after the whole matrix
+    ("matrix: {a: []}\nbaseline: {a/val_success: {baseline: 1, min: 0}}\n",
+     "unknown top-level key 'baseline' (did you mean 'baselines'?); known: schedule, matrix, baselines"),
+    ("matrix: {a: []}\nbaselines: {a/val_sucess: {baseline: 1, min: 0}}\n",
+     "baseline 'a/val_sucess': the nightly measures no 'val_sucess' (did you mean 'val_success'?); each entry's "
+     "figures: val_success, test_success, val_gap, seconds_per_step, rollout_tokens_per_s"),
+    ("matrix: {a: []}\nbaselines: {a/val_success: {baseline: 1, mni: 0}}\n",
+     "unknown key of baseline 'a/val_success' 'mni' (did you mean 'min'?)"),
+    ("matrix: {a: []}\nbaselines: {a/val_success: {baseline: 1, min: low}}\n", "holds a value that is not a number"),
+    ("matrix: {a: preset=starpo_s}\n", "matrix entry 'a' is 'preset=starpo_s'; give its overrides as a list"),
+    ("schedule: 3\nmatrix: {a: []}\n", "schedule 3 is not a cron string; quote it"),
 ])
 def test_bad_specs_are_named(tmp_path, text, needle):
     path = tmp_path / "nightly.yaml"

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -21,6 +22,7 @@ from flows.evaluate import evaluate
 from flows.nightly import entry_metrics
 from processes import left_running, own_session, wait_until
 from ragen.ablation import AblationError
+from ragen.baselines import METRICS
 from ragen.fileio import StageFileError
 from ragen.trajectory_io import read_trajectories
 from smallproject import write_params
@@ -321,6 +323,21 @@ def test_nightly_speed_figures_need_a_step_that_rolled_out():
     summary["train"] |= {"timing/rollout_s_mean": 3.0, "perf/rollout_tokens_per_s_mean": 100.0}
     assert entry_metrics("e", summary) == {"e/val_success": 0.5, "e/test_success": 0.25, "e/seconds_per_step": 6.0,
                                            "e/rollout_tokens_per_s": 100.0}
+    summary["eval"]["bandit"]["val"]["success_gap"] = 0.125
+    # every figure measured is one a baseline may name (ragen.baselines.METRICS, which the spec is checked against)
+    assert {metric.split("/")[1] for metric in entry_metrics("e", summary)} == set(METRICS)
+
+
+def test_a_bad_cron_schedule_is_one_line_before_anything_is_served(project, capsys):
+    """`--cron` or the spec's schedule that Prefect's cron schedule refuses (before: pydantic's traceback)."""
+    assert main(["nightly", "serve", "--cron", "61 * * *"]) == 2
+    assert capsys.readouterr().err == ("ragen nightly: --cron '61 * * *' is not a cron schedule; one has five fields, "
+                                       "minute hour day-of-month month day-of-week, as \"0 3 * * *\" (03:00 daily)\n")
+    spec = write_spec(project, 0.1)
+    Path(spec).write_text(Path(spec).read_text().replace("15 4 * * *", "15 4 * *"))
+    assert main(["nightly", "run", "--spec", spec]) == 2  # checked by `run` too, whose schedule serves it later
+    assert capsys.readouterr().err.startswith(f"ragen nightly: {spec}: schedule '15 4 * *' is not a cron schedule")
+    assert not (project / "mlruns").exists() and not (project / "nightly").exists()
 
 
 @pytest.mark.slow
