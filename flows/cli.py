@@ -38,9 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     abl.add_argument("--address", help="scheduler address of an existing Dask or Ray cluster")
     abl.add_argument("--dry-run", action="store_true", help="list the runs and their overrides, run nothing")
     night = sub.add_parser("nightly", help="the nightly benchmark matrix against its baselines")
-    night.add_argument("action", choices=["run", "serve"])
+    night.add_argument("action", choices=["run", "serve"],
+                       help="run: the matrix once, now; serve: the Prefect deployment on the spec's schedule")
     night.add_argument("overrides", nargs="*", help="key=value for every matrix entry (run only)")
-    night.add_argument("--spec", default="bench/nightly.yaml")
+    night.add_argument("--spec", default="bench/nightly.yaml",
+                       help="the matrix and its baselines (default: %(default)s)")
     night.add_argument("--cron", help="cron schedule for serve (default: the spec's)")
     return parser
 
@@ -95,6 +97,10 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     from flows.nightly import RegressionError, check_matrix, nightly, serve
 
     if args.action == "serve":
+        if args.overrides:
+            print(f"ragen nightly: serve takes no key=value ({' '.join(args.overrides)}): the deployment runs the "
+                  f"spec's matrix as written; put them in its entries ({args.spec})", file=sys.stderr)
+            return 2
         serve(args.spec, args.cron)
         return 0
     check_matrix(args.spec, "params.yaml", args.overrides)  # before a flow starts

@@ -328,7 +328,7 @@ def test_nightly_speed_figures_need_a_step_that_rolled_out():
     assert {metric.split("/")[1] for metric in entry_metrics("e", summary)} == set(METRICS)
 
 
-def test_a_bad_cron_schedule_is_one_line_before_anything_is_served(project, capsys):
+def test_a_bad_cron_schedule_or_overrides_for_serve_are_one_line_before_anything_is_served(project, capsys):
     """`--cron` or the spec's schedule that Prefect's cron schedule refuses (before: pydantic's traceback)."""
     assert main(["nightly", "serve", "--cron", "61 * * *"]) == 2
     assert capsys.readouterr().err == ("ragen nightly: --cron '61 * * *' is not a cron schedule; one has five fields, "
@@ -338,6 +338,10 @@ def test_a_bad_cron_schedule_is_one_line_before_anything_is_served(project, caps
     assert main(["nightly", "run", "--spec", spec]) == 2  # checked by `run` too, whose schedule serves it later
     assert capsys.readouterr().err.startswith(f"ragen nightly: {spec}: schedule '15 4 * *' is not a cron schedule")
     assert not (project / "mlruns").exists() and not (project / "nightly").exists()
+    # the served deployment runs the spec as written: overrides for it are refused, not dropped
+    assert main(["nightly", "serve", "--spec", spec, "train.steps=3"]) == 2
+    assert capsys.readouterr().err == (f"ragen nightly: serve takes no key=value (train.steps=3): the deployment runs "
+                                       f"the spec's matrix as written; put them in its entries ({spec})\n")
 
 
 @pytest.mark.slow
