@@ -16,6 +16,7 @@ change is its own pipeline: `dvc exp run -S key=value`.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -25,6 +26,7 @@ from ragen.fileio import read_yaml
 from ragen.presets import expand_presets
 
 SHARED_SECTIONS = ("envs", "model", "base")
+SET_KEYS = ("description", "common", "seeds", "variants")
 RUNNER_KINDS = ("threads", "dask", "ray")
 
 
@@ -107,23 +109,38 @@ def expand_set(data: dict[str, Any], name: str, *, params: str | Path | None = "
     if name not in set_names(data):
         raise AblationError(f"unknown ablation set {name!r}; known sets: {', '.join(set_names(data))}")
     spec = data[name]
+    unknown = sorted(set(spec) - set(SET_KEYS)) if isinstance(spec, dict) else []
+    if unknown:  # first: `variant:` for `variants:` is named as the typo it is
+        near = difflib.get_close_matches(str(unknown[0]), SET_KEYS, n=1)
+        raise AblationError(f"ablation set {name!r}: unknown key(s) {unknown}"
+                            f"{f' (did you mean {near[0]!r}?)' if near else ''}; known: {', '.join(SET_KEYS)}")
     if not isinstance(spec, dict) or not isinstance(spec.get("variants"), dict) or not spec["variants"]:
         raise AblationError(f"ablation set {name!r} needs a non-empty mapping 'variants: {{name: [key=value, ...]}}'")
-    unknown = set(spec) - {"description", "common", "seeds", "variants"}
-    if unknown:
-        raise AblationError(f"ablation set {name!r}: unknown key(s) {sorted(unknown)}; "
-                            "known: description, common, seeds, variants")
-    common = [str(item) for item in spec.get("common") or []]
-    seeds = [int(s) for s in spec.get("seeds") or []]
+    common = override_list(spec.get("common"), f"ablation set {name!r}: common")
+    seeds = spec.get("seeds") or []
+    if (not isinstance(seeds, list) or len(set(seeds)) != len(seeds)
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+        raise AblationError(f"ablation set {name!r}: seeds {seeds!r} is not a list of distinct whole numbers >= 0, "
+                            "as seeds: [0, 1, 2] (each variant runs once per train.seed)")
     runs = []
     for variant, overrides in spec["variants"].items():
-        overrides = [str(item) for item in overrides or []]
+        overrides = override_list(overrides, f"ablation set {name!r}, variant {variant!r}")
         for seed in seeds or [None]:
             items = [*common, *overrides, *([f"train.seed={seed}"] if seed is not None else []), *extra]
             check_overrides(name, variant, items, params)
             run_name = f"{variant}-s{seed}" if seed is not None else str(variant)
             runs.append(AblationRun(run_name, str(variant), seed, tuple(items)))
     return AblationSet(name, str(spec.get("description", "")), tuple(runs))
+
+
+def override_list(value: Any, where: str) -> list[str]:
+    """A set's `common` or a variant's overrides: a YAML list of key=value strings (or nothing)."""
+    if value is None:
+        return []
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return value
+    raise AblationError(f"{where} is {value!r}; give the overrides as a list of key=value strings, as "
+                        "[preset=starpo_s, train.env=sokoban]")
 
 
 def check_overrides(set_name: str, variant: str, overrides: Sequence[str], params: str | Path | None) -> Config:

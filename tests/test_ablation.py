@@ -41,6 +41,14 @@ def test_group_size_variants_keep_the_batch_fixed(committed):
     ({"s": {"variants": {}}}, "non-empty mapping"),
     ({"s": {"variants": {"a": []}, "seed": [1]}}, "unknown key(s) ['seed']"),
     ({"s": {"variants": {"a": ["filter.keep_ratio=1.5"]}}}, "keep_ratio must be in (0, 1]"),
+    # before: "needs a non-empty mapping 'variants'", a list of the string's characters, int()'s traceback and two
+    # runs of one name writing into one folder
+    ({"s": {"variant": {"a": []}}}, "unknown key(s) ['variant'] (did you mean 'variants'?)"),
+    ({"s": {"variants": {"a": "preset=starpo_s"}}}, "variant 'a' is 'preset=starpo_s'; give the overrides as a list"),
+    ({"s": {"variants": {"a": []}, "common": "train.env=sokoban"}}, "common is 'train.env=sokoban'; give the"),
+    ({"s": {"variants": {"a": []}, "seeds": ["a"]}}, "seeds ['a'] is not a list of distinct whole numbers >= 0"),
+    ({"s": {"variants": {"a": []}, "seeds": 3}}, "seeds 3 is not a list"),
+    ({"s": {"variants": {"a": []}, "seeds": [0, 0]}}, "seeds [0, 0] is not a list of distinct"),
 ])
 def test_bad_sets_fail_naming_the_problem(data, needle):
     with pytest.raises(AblationError) as error:
