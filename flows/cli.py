@@ -19,6 +19,7 @@ from ragen.ablation import AblationError, expand_set, read_ablations, runner_spe
 from ragen.baselines import NightlySpecError
 from ragen.config import ConfigError, load_config
 from ragen.fileio import StageFileError, read_json
+from ragen.tracking import TrackingError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = {"report": cmd_report, "ablate": cmd_ablate, "nightly": cmd_nightly}
     if args.command not in commands:
         return library_cli.main(argv)
-    errors = (AblationError, ConfigError, InUse, NightlySpecError, FileNotFoundError, StageFileError)
+    errors = (AblationError, ConfigError, InUse, NightlySpecError, FileNotFoundError, StageFileError, TrackingError)
     try:
         with quiet_flow_failures(errors):  # Prefect's line for a flow run failed so, without its traceback
             return commands[args.command](args)

@@ -55,8 +55,10 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
     from ragen.config import ConfigError, load_config
     from ragen.fileio import StageFileError
     from ragen.policy.model import ModelLoadError
+    from ragen.tracking import TrackingError
 
-    input_errors = (ConfigError, StageFileError, CheckpointError, ModelLoadError, FileNotFoundError, InUse)
+    input_errors = (ConfigError, StageFileError, CheckpointError, ModelLoadError, FileNotFoundError, InUse,
+                    TrackingError)
     overrides = cli_overrides()
     try:
         cfg = load_config("params.yaml", overrides)

@@ -79,6 +79,23 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
         Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
 
 
+def open_store(uri: str, experiment: str) -> tuple[MlflowClient, str]:
+    """A client of the store at `uri` and the id of `experiment` there (`ensure_experiment`), before any work; a
+    TrackingError naming the URI and the fix when a server does not answer (`check_reachable`) or MLflow cannot open
+    the store: an unknown scheme, a bare path (MLflow's file store, which it now refuses), a malformed sqlite URL, a
+    database whose driver is not installed. Before, those ended each stage in MLflow's traceback."""
+    check_reachable(uri)
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        return client, ensure_experiment(client, experiment, uri)
+    except Exception as error:  # noqa: BLE001  (whatever the store's backend raises on opening)
+        said = str(error).strip().splitlines()[0].split(". ")[0] if str(error).strip() else ""
+        raise TrackingError(
+            f"tracking store {uri}: MLflow cannot open it ({type(error).__name__}{': ' + said if said else ''}); set "
+            "tracking.uri in params.yaml (or MLFLOW_TRACKING_URI) to a store it opens, as "
+            "sqlite:////abs/path/mlflow.db or http://host:5000; empty means the local mlruns/") from None
+
+
 def git_commit(root: Path) -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
@@ -178,9 +195,7 @@ class MlflowTracker:
                    config=to_dict(config))
 
     def __enter__(self) -> MlflowTracker:
-        check_reachable(self.uri)
-        self.client = MlflowClient(tracking_uri=self.uri)
-        experiment_id = ensure_experiment(self.client, self.experiment, self.uri)
+        self.client, experiment_id = open_store(self.uri, self.experiment)
         tags = {"ragen.stage": self.stage, "ragen.git_commit": git_commit(self.root), **self.tags}
         tags.update({tag: os.environ[var] for var, tag in PASSTHROUGH_ENV_TAGS.items() if os.environ.get(var)})
         if self.pipeline_run:
@@ -191,7 +206,8 @@ class MlflowTracker:
             tags["mlflow.parentRunId"] = self.parent_run_id
         close_ended_runs(self.client, experiment_id)
         tags["ragen.process"] = process_tag()
-        run = self.client.create_run(experiment_id, tags=tags, run_name=f"{self.stage}-{time.strftime('%Y%m%d-%H%M%S')}")
+        run = self.client.create_run(experiment_id, tags=tags,
+                                     run_name=f"{self.stage}-{time.strftime('%Y%m%d-%H%M%S')}")
         self.run_id = run.info.run_id
         self._log_params(self.run_id)
         if self.config is not None:
@@ -210,7 +226,8 @@ class MlflowTracker:
             filter_string=f"tags.`ragen.pipeline_run` = '{self.pipeline_run}' and tags.`ragen.stage` = 'pipeline'")
         if found:
             return found[0].info.run_id
-        tags = {k: v for k, v in stage_tags.items() if k not in ("ragen.stage", "dvc.stage")} | {"ragen.stage": "pipeline"}
+        tags = ({k: v for k, v in stage_tags.items() if k not in ("ragen.stage", "dvc.stage")}
+                | {"ragen.stage": "pipeline"})
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
         name = stage_tags.get("ragen.variant") or self.pipeline_run
@@ -287,4 +304,5 @@ class NullTracker:
         return None
 
 
-__all__ = ["MlflowTracker", "NullTracker", "TrackingError", "pipeline_run_id", "preset_of", "resolve_tracking_uri", "run_tags"]
+__all__ = ["MlflowTracker", "NullTracker", "TrackingError", "open_store", "pipeline_run_id", "preset_of",
+           "resolve_tracking_uri", "run_tags"]

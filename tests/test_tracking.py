@@ -91,6 +91,25 @@ def test_unreachable_server_fails_before_any_work():
         MlflowTracker.for_stage(cfg, "update").__enter__()
 
 
+@pytest.mark.parametrize("uri, said", [
+    ("foo://x", "UnsupportedModelRegistryStoreURIException: Model registry functionality is unavailable; got "
+                "unsupported URI 'foo://x'"),
+    ("{tmp}/store", "MlflowException: The filesystem tracking backend (e.g., './mlruns') is in maintenance mode"),
+    ("sqlite://relative.db", "ArgumentError: Invalid SQLite URL: sqlite://relative.db"),
+])
+def test_a_store_mlflow_cannot_open_is_named_with_the_fix(tmp_path, uri, said):
+    """Before: MLflow's traceback at the start of every stage (a typo in tracking.uri, a bare path)."""
+    uri = uri.format(tmp=tmp_path)
+    cfg = load_config("params.yaml", [f"tracking.uri={uri}"])
+    with pytest.raises(TrackingError) as error:
+        MlflowTracker.for_stage(cfg, "update", root=tmp_path).__enter__()
+    assert str(error.value).startswith(f"tracking store {uri}: MLflow cannot open it ({said}")
+    assert str(error.value).endswith("); set tracking.uri in params.yaml (or MLFLOW_TRACKING_URI) to a store it "
+                                     "opens, as sqlite:////abs/path/mlflow.db or http://host:5000; empty means the "
+                                     "local mlruns/")
+    assert list(tmp_path.iterdir()) == []
+
+
 OPENS_AND_DIES = """
 import os, signal, sys, time
 from ragen.config import load_config

@@ -70,6 +70,19 @@ def test_a_model_path_it_cannot_use_ends_with_the_path(prefect_harness, project,
     assert not (project / "models").exists()
 
 
+def test_a_tracking_store_it_cannot_use_ends_with_the_uri(prefect_harness, project, monkeypatch, capsys):
+    """Before: TrackingError's traceback (a server that does not answer), or MLflow's (a store it cannot open)."""
+    (project / "params.yaml").write_text("envs:\n  tags: [bandit]\n  train_size: 4\n  val_size: 2\n  test_size: 2\n")
+    assert run(envgen, monkeypatch, "tracking.uri=http://127.0.0.1:9") == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("envgen: MLflow tracking server http://127.0.0.1:9 did not answer")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "foo://x")
+    assert run(envgen, monkeypatch) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("envgen: tracking store foo://x: MLflow cannot open it (")
+    assert not (project / "data").exists()
+
+
 HOLD = """
 import time
 from flows.common import exclusively, stage_lock
