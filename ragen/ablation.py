@@ -118,8 +118,8 @@ def expand_set(data: dict[str, Any], name: str, *, params: str | Path | None = "
         raise AblationError(f"ablation set {name!r} needs a non-empty mapping 'variants: {{name: [key=value, ...]}}'")
     common = override_list(spec.get("common"), f"ablation set {name!r}: common")
     seeds = spec.get("seeds") or []
-    if (not isinstance(seeds, list) or len(set(seeds)) != len(seeds)
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+    if (not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+            or len(set(seeds)) != len(seeds)):
         raise AblationError(f"ablation set {name!r}: seeds {seeds!r} is not a list of distinct whole numbers >= 0, "
                             "as seeds: [0, 1, 2] (each variant runs once per train.seed)")
     runs = []

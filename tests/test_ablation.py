@@ -49,6 +49,7 @@ def test_group_size_variants_keep_the_batch_fixed(committed):
     ({"s": {"variants": {"a": []}, "seeds": ["a"]}}, "seeds ['a'] is not a list of distinct whole numbers >= 0"),
     ({"s": {"variants": {"a": []}, "seeds": 3}}, "seeds 3 is not a list"),
     ({"s": {"variants": {"a": []}, "seeds": [0, 0]}}, "seeds [0, 0] is not a list of distinct"),
+    ({"s": {"variants": {"a": []}, "seeds": [{"a": 1}]}}, "seeds [{'a': 1}] is not a list"),
 ])
 def test_bad_sets_fail_naming_the_problem(data, needle):
     with pytest.raises(AblationError) as error:
