@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import textwrap
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -20,12 +21,29 @@ from ragen.fileio import staged_dir, write_text  # noqa: F401  (staged_dir re-ex
 
 
 def cli_overrides(argv: list[str] | None = None) -> list[str]:
-    """`python -m flows.x key=value ...` -> dotlist overrides for `load_config`."""
+    """`python -m flows.x key=value ...` -> dotlist overrides for `load_config`; a ConfigError naming any other
+    argument."""
+    from ragen.config import ConfigError
+
     args = sys.argv[1:] if argv is None else argv
     bad = [arg for arg in args if "=" not in arg]
     if bad:
-        raise SystemExit(f"expected key=value overrides (e.g. envs.val_size=64), got {bad}")
+        raise ConfigError(f"expected key=value overrides (e.g. train.steps=3), got {bad}; --help says what the "
+                          "stage does")
     return list(args)
+
+
+def stage_usage(stage_flow: Any) -> str:
+    """What `python -m flows.<stage> --help` prints: the command, the stage's summary (its module's first paragraph)
+    and what key=value does."""
+    module = sys.modules.get(getattr(stage_flow.fn, "__module__", ""))
+    summary = ((module.__doc__ if module else None) or "").strip().split("\n\n")[0]
+    name = stage_flow.name
+    return "\n\n".join(textwrap.fill(part, 100) for part in [
+        f"usage: python -m flows.{name} [key=value ...]", summary,
+        "key=value sets a params.yaml key for this run (e.g. train.steps=3 preset=starpo_grpo; ragen/config.py "
+        f"documents every key). dvc.yaml runs the stage as `python -m flows.run {name}`; `dvc repro` runs the "
+        "pipeline, `dvc exp run -S key=value` with a setting."] if part)
 
 
 def run_stage(stage_flow: Callable[..., Any]) -> Any:
@@ -59,8 +77,11 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
 
     input_errors = (ConfigError, StageFileError, CheckpointError, ModelLoadError, FileNotFoundError, InUse,
                     TrackingError)
-    overrides = cli_overrides()
+    if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
+        print(stage_usage(stage_flow))
+        raise SystemExit(0)
     try:
+        overrides = cli_overrides()
         cfg = load_config("params.yaml", overrides)
         with quiet_flow_failures(input_errors, also=is_out_of_memory), \
                 exclusively(stage_lock(stage_flow.name), f"stage {stage_flow.name}"), ending_on_termination(), \

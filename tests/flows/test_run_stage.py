@@ -39,6 +39,20 @@ def test_a_bad_config_value_stops_the_stage_before_it_starts(project, monkeypatc
     assert not (project / "mlruns").exists()  # nothing ran, nothing was tracked
 
 
+def test_help_says_what_the_stage_does_and_other_arguments_are_named(project, monkeypatch, capsys):
+    """Before: `python -m flows.evaluate --help` said "expected key=value overrides", exit code 1."""
+    (project / "params.yaml").write_text("eval:\n  episodes: 8\n")
+    assert run(evaluate, monkeypatch, "--help") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m flows.evaluate [key=value ...]\n\nStage evaluate: the trained policy on "
+                          "the val and test splits")
+    assert "`python -m flows.run evaluate`" in out
+    assert run(evaluate, monkeypatch, "eval.episodes=4", "episodes") == 2
+    assert capsys.readouterr().err == ("evaluate: expected key=value overrides (e.g. train.steps=3), got ['episodes']; "
+                                       "--help says what the stage does\n")
+    assert not (project / "mlruns").exists()
+
+
 def test_a_damaged_input_ends_with_the_file_and_the_fix(prefect_harness, project, monkeypatch, capsys, caplog):
     """Prefect's own record of the failed flow run stays, without its traceback."""
     (project / "params.yaml").write_text("filter:\n  keep_ratio: 0.5\n")
