@@ -12,6 +12,7 @@ settings that bound what it holds at once (`flows.memory.killed_message`).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -102,6 +103,14 @@ def main(argv: list[str]) -> int:
         print("usage: python -m flows.run STAGE [key=value ...]", file=sys.stderr)
         return 2
     module = argv[0] if "." in argv[0] else f"flows.{argv[0]}"
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a package on the way is missing
+        found = False
+    if not found:  # before: the child's "No module named flows.X"
+        print(f"flows.run: no stage {argv[0]} (no module {module}); the stages are dvc.yaml's, as `python -m flows.run "
+              "update`", file=sys.stderr)
+        return 2
     server = os.environ.get("RAGEN_STAGE_SERVER")
     if server:
         code = run_warm(server, module, argv[1:])

@@ -84,7 +84,15 @@ def run_command(argv: list[str], env: dict[str, str]) -> int:
     started (DVC, the stage command DVC runs, which passes it on to a stage in the warm server), so that none of
     them goes on without the servers.
     """
-    child = subprocess.Popen(argv, env=env)
+    try:
+        child = subprocess.Popen(argv, env=env)
+    except FileNotFoundError:  # as a shell says it, with its exit code
+        print(f"flows.server: {argv[0]}: command not found; give its path, or put its folder on PATH (`make run` "
+              "puts .venv/bin there)", file=sys.stderr)
+        return 127
+    except PermissionError:
+        print(f"flows.server: {argv[0]}: permission denied (not an executable file)", file=sys.stderr)
+        return 126
     try:
         with handling_signals((signal.SIGINT,), signal.SIG_IGN):  # after the start: the command keeps Ctrl-C
             code = child.wait()

@@ -36,6 +36,15 @@ def test_a_configured_server_is_used_as_it_is(monkeypatch):
     assert main([]) == 2
 
 
+def test_a_command_that_is_not_there_is_one_line_with_a_shells_exit_code(monkeypatch, capsys):
+    """Before: Popen's FileNotFoundError traceback (`python -m flows.server -- dvc repro` without .venv/bin on
+    PATH)."""
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    assert main(["--", "no-such-command-here", "repro"]) == 127
+    assert capsys.readouterr().err.endswith("flows.server: no-such-command-here: command not found; give its path, "
+                                            "or put its folder on PATH (`make run` puts .venv/bin there)\n")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_terminated_run_ends_its_command_stage_and_servers(tmp_path, signum):

@@ -76,6 +76,13 @@ def test_other_library_settings_or_no_server_run_the_stage_in_a_process_of_its_o
         assert f"parent {server_pid}" not in done.stdout and "torch preloaded False" in done.stdout
 
 
+def test_a_stage_that_is_not_there_is_one_line(tmp_path):
+    """Before: the child's "No module named flows.nosuch" from runpy, exit code 1."""
+    done = run_client(stage_dir(tmp_path), dict(os.environ), "nosuch", "a=1")
+    assert (done.returncode, done.stderr) == (2, "flows.run: no stage nosuch (no module flows.nosuch); the stages "
+                                                 "are dvc.yaml's, as `python -m flows.run update`\n")
+
+
 def test_a_malformed_request_closes_the_descriptors_it_carried():
     import socket
     from flows.warm import HEADER, receive
