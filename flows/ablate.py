@@ -153,7 +153,7 @@ def run_variant(run: AblationRun, set_name: str, out_root: str, params: str, sta
                             f"{RERUN_WITH_IT}") from None
 
 
-def variant_result(run: AblationRun, future: Any, params: str) -> dict[str, Any]:
+def variant_result(run: AblationRun, future: Any, params: str, address: str = "") -> dict[str, Any]:
     """The variant's summary from its future. On a Dask cluster a variant whose every worker died (the scheduler
     gives up after a few: distributed's KilledWorker) ends the set with an `AblationError` naming it and the
     settings that bound what it holds at once, since a worker killed for memory is the usual cause; and one that
@@ -165,8 +165,8 @@ def variant_result(run: AblationRun, future: Any, params: str) -> dict[str, Any]
         if type(error).__name__ in ("NoWorkerError", "NoValidWorkerError"):
             raise AblationError(f"variant {run.name}: the Dask cluster had no worker to run it for longer than its "
                                 f"scheduler's no-workers-timeout (distributed's {type(error).__name__}); start "
-                                f"workers in this project folder (`dask worker <scheduler address>`) and rerun; "
-                                f"a rerun skips the variants that finished") from None
+                                f"workers in this project folder (`dask worker {address or '<scheduler address>'}`) "
+                                f"and rerun; a rerun skips the variants that finished") from None
         if type(error).__name__ != "KilledWorker":
             raise
         raise AblationError(f"variant {run.name}: {worker_died_message(load_config(params, list(run.overrides)))}; "
@@ -223,7 +223,8 @@ def task_runner(spec: RunnerSpec, params: str = "params.yaml"):
 
         return RayTaskRunner(address=spec.address)
     except ImportError:
-        raise SystemExit(f"runner.kind {spec.kind} needs prefect-{spec.kind}: pip install prefect-{spec.kind}") from None
+        raise AblationError(f"runner.kind {spec.kind} needs prefect-{spec.kind}: pip install -e '.[{spec.kind}]'"
+                            ) from None
 
 
 def val_gap(out: Path, runs: Sequence[AblationRun], reference: Sequence[AblationRun], results: dict[str, dict],
@@ -321,7 +322,8 @@ def ablate(set_name: str, extra: list[str] | None = None, ablations: str = "abla
     spec = runner_spec(data, kind=runner, workers=workers, address=address)
     for needed in ("data/envs", "models/base"):
         if not Path(needed).exists():
-            raise FileNotFoundError(f"{needed} is missing: variants share the base pipeline; run `dvc repro base` first")
+            raise FileNotFoundError(f"{needed} is missing: variants share the base pipeline; run `dvc repro base` "
+                                    "first")
     cfg = load_config(params, [])
     stamp = time.strftime("%Y%m%d-%H%M%S")
     workers = workers_here(spec, params) if spec.kind == "threads" else spec.workers or "auto"
@@ -333,7 +335,8 @@ def ablate(set_name: str, extra: list[str] | None = None, ablations: str = "abla
             tags={"ragen.ablation_set": set_name, "ragen.ablation_stamp": stamp}) as tracker:
         submit = run_variant.with_options(task_run_name=f"{set_name}/{{run.name}}")
         futures = [submit.submit(run, set_name, out_root, params, stamp) for run in ablation.runs]
-        results = {run.name: variant_result(run, future, params) for run, future in zip(ablation.runs, futures)}
+        results = {run.name: variant_result(run, future, params, spec.address)
+                   for run, future in zip(ablation.runs, futures)}
         report_path, pngs = set_report(ablation, Path(out_root), results)
         for path in [report_path, *pngs]:
             tracker.log_file(path, "report")

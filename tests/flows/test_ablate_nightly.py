@@ -210,6 +210,20 @@ def test_a_malformed_dask_address_ends_the_set_before_it_starts(prefect_harness,
     assert not (project / "ablations").exists() and not (project / "mlruns").exists()
 
 
+def test_a_runner_whose_package_is_missing_names_the_install(prefect_harness, project, capsys):
+    """Before: SystemExit's message, exit code 1, naming a package without the project's pinned extra."""
+    try:
+        import prefect_ray  # noqa: F401
+        pytest.skip("prefect-ray is installed here")
+    except ImportError:
+        pass
+    write_params(project, small=SMALL)
+    (project / "ablations.yaml").write_text(ABLATIONS)
+    assert main(["ablate", "tiny", "--runner", "ray", "--address", "ray://127.0.0.1:10001"]) == 2
+    assert capsys.readouterr().err == "ragen ablate: runner.kind ray needs prefect-ray: pip install -e '.[ray]'\n"
+    assert not (project / "ablations").exists()
+
+
 def test_no_dask_scheduler_at_the_address_is_named_within_the_timeout():
     """A port where nothing listens: the client retries until its timeout, then one error naming the address
     (before: the set's flow started and ended in distributed's traceback 30 s later)."""
@@ -245,8 +259,8 @@ def test_a_set_on_a_dask_cluster_without_workers_ends_at_the_schedulers_timeout(
     assert f"ablate | the Dask cluster at {cluster.scheduler_address} has no worker yet: the set waits for one" in out
     assert re.fullmatch(r"ragen ablate: variant (grpo|s)-s[01]: the Dask cluster had no worker to run it for longer "
                         r"than its scheduler's no-workers-timeout \(distributed's NoWorkerError\); start workers in "
-                        r"this project folder \(`dask worker <scheduler address>`\) and rerun; a rerun skips the "
-                        r"variants that finished", err.strip().splitlines()[-1]), err
+                        rf"this project folder \(`dask worker {re.escape(cluster.scheduler_address)}`\) and rerun; "
+                        r"a rerun skips the variants that finished", err.strip().splitlines()[-1]), err
 
 
 def write_spec(project, minimum):
