@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -274,4 +273,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from entry import run_main
+
+    run_main(main, __file__)

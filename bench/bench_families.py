@@ -213,4 +213,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from entry import run_main
+
+    run_main(main, __file__)

@@ -464,4 +464,6 @@ def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, en
 
 
 if __name__ == "__main__":
-    main()
+    from entry import run_main
+
+    run_main(main, __file__)

@@ -104,4 +104,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from entry import run_main
+
+    run_main(main, __file__)

@@ -93,4 +93,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from entry import run_main
+
+    run_main(main, __file__)

@@ -147,4 +147,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from entry import run_main
+
+    run_main(main, __file__)

@@ -94,4 +94,6 @@ def largest_difference(shared: dict[str, float], other: dict[str, float], name: 
 
 
 if __name__ == "__main__":
-    main()
+    from entry import run_main
+
+    run_main(main, __file__)
