@@ -16,12 +16,11 @@ change is its own pipeline: `dvc exp run -S key=value`.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ragen.config import Config, ConfigError, load_config
+from ragen.config import Config, ConfigError, did_you_mean, load_config
 from ragen.fileio import read_yaml
 from ragen.presets import expand_presets
 
@@ -111,9 +110,8 @@ def expand_set(data: dict[str, Any], name: str, *, params: str | Path | None = "
     spec = data[name]
     unknown = sorted(set(spec) - set(SET_KEYS)) if isinstance(spec, dict) else []
     if unknown:  # first: `variant:` for `variants:` is named as the typo it is
-        near = difflib.get_close_matches(str(unknown[0]), SET_KEYS, n=1)
-        raise AblationError(f"ablation set {name!r}: unknown key(s) {unknown}"
-                            f"{f' (did you mean {near[0]!r}?)' if near else ''}; known: {', '.join(SET_KEYS)}")
+        hint = did_you_mean(str(unknown[0]), SET_KEYS)
+        raise AblationError(f"ablation set {name!r}: unknown key(s) {unknown}{hint}; known: {', '.join(SET_KEYS)}")
     if not isinstance(spec, dict) or not isinstance(spec.get("variants"), dict) or not spec["variants"]:
         raise AblationError(f"ablation set {name!r} needs a non-empty mapping 'variants: {{name: [key=value, ...]}}'")
     common = override_list(spec.get("common"), f"ablation set {name!r}: common")

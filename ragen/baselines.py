@@ -12,12 +12,12 @@ A metric below its `min` or above its `max`, or missing from the run, is a regre
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ragen.config import did_you_mean
 from ragen.fileio import read_yaml
 
 
@@ -86,7 +86,7 @@ def read_nightly_spec(path: str | Path) -> NightlySpec:
             raise NightlySpecError(f"{path}: baseline {metric!r} names no matrix entry (entries: {', '.join(matrix)})")
         if measured not in METRICS:
             raise NightlySpecError(f"{path}: baseline {metric!r}: the nightly measures no {measured!r}"
-                                   f"{_near(measured, METRICS)}; each entry's figures: {', '.join(METRICS)}")
+                                   f"{did_you_mean(measured, METRICS)}; each entry's figures: {', '.join(METRICS)}")
         try:
             baselines[metric] = Bound(float(bound["baseline"]), _opt(bound.get("min")), _opt(bound.get("max")))
         except (TypeError, ValueError):
@@ -97,12 +97,8 @@ def read_nightly_spec(path: str | Path) -> NightlySpec:
 def _known(path: str | Path, what: str, data: dict, known: tuple[str, ...]) -> None:
     for key in data:
         if key not in known:
-            raise NightlySpecError(f"{path}: unknown {what} {key!r}{_near(str(key), known)}; known: {', '.join(known)}")
-
-
-def _near(word: str, known: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(word, known, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+            raise NightlySpecError(f"{path}: unknown {what} {key!r}{did_you_mean(str(key), known)}; known: "
+                                   f"{', '.join(known)}")
 
 
 def _opt(value: Any) -> float | None:

@@ -300,10 +300,16 @@ def _explain(error: OmegaConfBaseException, source: str) -> str:
         section, name = key.rsplit(".", 1) if "." in key else ("", key)
         keys = _known_keys(section)
         where = f"under '{section}'" if section else "at the top level"
-        close = difflib.get_close_matches(name, keys, n=1)
-        hint = f" (did you mean '{section + '.' if section else ''}{close[0]}'?)" if close else ""
+        hint = did_you_mean(name, keys, prefix=f"{section}." if section else "")
         return f"{source}: unknown key '{key}'{hint}; known keys {where}: {', '.join(keys)}"
     return f"{source}: bad value for '{key}': {str(error).splitlines()[0]}"
+
+
+def did_you_mean(word: str, known: Sequence[str], prefix: str = "") -> str:
+    """The hint for a misspelt `word`: ` (did you mean '<prefix><nearest>'?)` with difflib's nearest known name, or
+    "" when none is near; every refused key's, here, in ablations.yaml and in the nightly spec."""
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f" (did you mean '{prefix}{close[0]}'?)" if close else ""
 
 
 def _known_keys(section: str) -> list[str]:
