@@ -46,6 +46,19 @@ def stage_usage(stage_flow: Any) -> str:
         "pipeline, `dvc exp run -S key=value` with a setting."] if part)
 
 
+def stage_input_errors() -> tuple[type[BaseException], ...]:
+    """What a stage raises for an input it cannot take (a config, a file, a checkpoint, a model path, a tracking
+    store, its lock held), each naming the problem and the fix: `run_stage` ends on them in one line, as the
+    benchmarks do (bench/entry.py). Imports the model code (transformers) when called."""
+    from ragen.checkpoint import CheckpointError
+    from ragen.config import ConfigError
+    from ragen.fileio import StageFileError
+    from ragen.policy.model import ModelLoadError
+    from ragen.tracking import TrackingError
+
+    return (ConfigError, StageFileError, CheckpointError, ModelLoadError, FileNotFoundError, InUse, TrackingError)
+
+
 def run_stage(stage_flow: Callable[..., Any]) -> Any:
     """`python -m flows.<stage> key=value ...` (what dvc.yaml runs): the flow with the command line's overrides.
 
@@ -69,14 +82,9 @@ def run_stage(stage_flow: Callable[..., Any]) -> Any:
 
     from flows.memory import is_out_of_memory, out_of_memory_message
     from flows.server import prefect_api
-    from ragen.checkpoint import CheckpointError
-    from ragen.config import ConfigError, load_config
-    from ragen.fileio import StageFileError
-    from ragen.policy.model import ModelLoadError
-    from ragen.tracking import TrackingError
+    from ragen.config import load_config
 
-    input_errors = (ConfigError, StageFileError, CheckpointError, ModelLoadError, FileNotFoundError, InUse,
-                    TrackingError)
+    input_errors = stage_input_errors()
     if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
         print(stage_usage(stage_flow))
         raise SystemExit(0)
