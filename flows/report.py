@@ -21,8 +21,9 @@ from ragen.config import Config, load_config
 from ragen.fileio import read_json, write_text
 from ragen.model_meta import read_meta
 from ragen.presets import describe_preset
-from ragen.report import (MARKER_WINDOW, STD_DROP, TEMPLATE_DROP, TEMPLATE_MI, Series, echo_trap, fall_in_se,
-                          gap_text, markdown_table, plot_curves, read_steps_csv, template_collapse, to_series)
+from ragen.report import (MARKER_WINDOW, OTHER_VAL, STD_DROP, TEMPLATE_DROP, TEMPLATE_MI, Series, echo_trap,
+                          fall_in_se, gap_text, markdown_table, other_val_envs, plot_curves, read_steps_csv,
+                          template_collapse, to_series)
 from ragen.tracking import MlflowTracker, preset_of
 
 
@@ -82,7 +83,7 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, series: Series, trap: dict
         "",
         headline(env, evaluation[env]["val"], cfg.eval.temperature),
         f"In-loop val ({cfg.train.eval_episodes} episodes every {cfg.train.eval_every} steps, the curve below): "
-        f"{start:.3f} before RL -> {final:.3f} after {cfg.train.steps} steps.",
+        f"{start:.3f} before RL -> {final:.3f} after {cfg.train.steps} steps{other_val_text(series)}.",
         "",
         markdown_table(["env", "split", "success", "± se", "base", "gap (paired)", "ceiling", "of ceiling", "return",
                         "format-valid", "episodes", "first-action entropy", "top first action"],
@@ -122,6 +123,17 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, series: Series, trap: dict
         "",
     ]
     return "\n".join(lines)
+
+
+def other_val_text(series: Series) -> str:
+    """The in-loop val of train.val_envs, first and last evaluation of each ('; on frozen_lake 0.203 -> 0.219, ...'),
+    or '' when the run validated on train.env alone."""
+    parts = []
+    for env in other_val_envs(series):
+        known = [v for v in series.values[OTHER_VAL + env] if not math.isnan(v)]
+        if known:
+            parts.append(f"{env} {known[0]:.3f} -> {known[-1]:.3f}")
+    return f"; on the other val envs (train.val_envs) {', '.join(parts)}" if parts else ""
 
 
 def headline(env: str, val: dict, temperature: float) -> str:

@@ -96,7 +96,7 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
     `base_rollouts` (None: of the filtered batch)."""
     cfg = load_config(params, overrides or [])
     pool = read_train_pool(envs_dir, cfg.train.env, cfg.train.max_optimal_moves)
-    val_seeds = read_seeds(envs_dir, cfg.train.env, "val")[: cfg.train.eval_episodes]
+    val_seeds = {tag: read_seeds(envs_dir, tag, "val")[: cfg.train.eval_episodes] for tag in cfg.train.val_tags()}
     first_batch, first_scores = read_trajectories(rollouts), read_scores(rollouts)
     first_rollout = read_trajectories(base_rollouts) if base_rollouts is not None else None
     made = read_settings(rollouts)
@@ -127,9 +127,7 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
             check_stop()  # an interrupted ablation set ends its variants here (flows.common.stopping_threads)
             metrics = {}
             if step % cfg.train.eval_every == 0:
-                summary, _ = evaluate_policy(learner.policy, cfg.train.env, val_seeds, cfg.rollout,
-                                             temperature=cfg.eval.temperature, seed=cfg.train.seed)
-                metrics[f"val/{cfg.train.env}/success"] = summary["success_rate"]
+                metrics |= validate(cfg, learner, val_seeds)[0]
             metrics |= train_step(cfg, learner, pool, step, first_batch=first_batch if step == 0 else None,
                                   first_scores=first_scores if step == 0 else None,
                                   first_rollout=first_rollout if step == 0 else None)
@@ -149,17 +147,17 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
                                 meta={"step": step + 1, "digest": digest, "history": history})
             if stop_after is not None and step + 1 - start_step >= stop_after:
                 return {}
-        summary, val_trajectories = evaluate_policy(learner.policy, cfg.train.env, val_seeds, cfg.rollout,
-                                                    temperature=cfg.eval.temperature, seed=cfg.train.seed)
-        final = {f"val/{cfg.train.env}/success": summary["success_rate"], "train/steps": cfg.train.steps}
+        final_val, val_trajectories = validate(cfg, learner, val_seeds)
+        final = {f"val/{cfg.train.env}/success": final_val[f"val/{cfg.train.env}/success"],
+                 "train/steps": cfg.train.steps}
         online = history[1:] or history  # step 0 trains on the stage-filter batch and rolls nothing out
         for key in ("timing/rollout_s", "timing/score_s", "timing/update_s", "perf/rollout_tokens_per_s",
                     "perf/score_tokens_per_s", "perf/update_tokens_per_s"):
             logged = [row[key] for row in online if key in row]  # a checkpoint of older code lacks newer keys
             if logged:
                 final[f"{key}_mean"] = sum(logged) / len(logged)
-        tracker.log_metrics({f"val/{cfg.train.env}/success": summary["success_rate"]}, step=cfg.train.steps)
-        tracker.log_to_pipeline({f"val/{cfg.train.env}/success": summary["success_rate"]}, step=cfg.train.steps)
+        tracker.log_metrics(final_val, step=cfg.train.steps)
+        tracker.log_to_pipeline(final_val, step=cfg.train.steps)
         tracker.log_table(sample_table(val_trajectories), "samples/final_val_trajectories.json")
         save_model(learner.policy.model, policy_dir, tokenizer=learner.policy.tokenizer,
                    meta={"source": "tiny" if read_meta(base_dir).get("source") == "tiny" else "trained",
@@ -170,24 +168,41 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
             save_meta(critic_out, {"critic": "none"})
         # the DVC metrics file holds deterministic content only; timings are returned and live in MLflow
         write_json(metrics_path, {k: v for k, v in final.items() if not k.startswith(("timing/", "perf/"))})
-        write_steps_csv(steps_csv, history, cfg.train.env, final_val=summary["success_rate"])
+        write_steps_csv(steps_csv, history, cfg.train.val_tags(), final_val)
         shutil.rmtree(ckpt, ignore_errors=True)
-        print(f"update | done | val/{cfg.train.env}/success {summary['success_rate']:.3f}")
+        print("update | done | " + " | ".join(f"{key} {value:.3f}" for key, value in final_val.items()))
     return final
 
 
-def write_steps_csv(path: str, history: list[dict], env: str, final_val: float) -> None:
-    """One row per training step (its val_success the last in-loop evaluation's, carried forward), then a row at
-    step train.steps with the evaluation after the last update alone (`final_val`), so the val curve ends where
-    training did: without it a 10-step run's curve read the base's figure throughout."""
-    last_val = ""
+def validate(cfg: Config, learner: Learner, val_seeds: dict[str, list[int]]) -> tuple[dict[str, float], list]:
+    """The policy's success on the val instances of each env in `val_seeds` (train.env first, then
+    train.val_envs) at the eval temperature -> {"val/<env>/success": rate}, and train.env's trajectories."""
+    metrics, trajectories = {}, []
+    for tag, seeds in val_seeds.items():
+        summary, played = evaluate_policy(learner.policy, tag, seeds, cfg.rollout, temperature=cfg.eval.temperature,
+                                          seed=cfg.train.seed)
+        metrics[f"val/{tag}/success"] = summary["success_rate"]
+        trajectories = trajectories or played
+    return metrics, trajectories
+
+
+def write_steps_csv(path: str, history: list[dict], envs: list[str], final_val: dict[str, float]) -> None:
+    """One row per training step (its val_success the last in-loop evaluation's of `envs[0]`, train.env, carried
+    forward; a column `val_success/<env>` likewise for each other env of `envs`, train.val_envs), then a row at step
+    train.steps with the evaluations after the last update alone (`final_val`, by "val/<env>/success"), so the val
+    curves end where training did: without it a 10-step run's curve read the base's figure throughout."""
+    columns = [f"val/{env}/success" for env in envs]  # history's keys, in the csv's val columns' order
+    header = PLOT_KEYS + [f"val_success/{env}" for env in envs[1:]]
+    last = {key: "" for key in columns}
     with staged_file(path) as tmp, open(tmp, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(PLOT_KEYS)
+        writer.writerow(header)
         for row in history:
-            last_val = row.get(f"val/{env}/success", last_val)
-            writer.writerow([row["step"], last_val] + [row.get(k, "") for k in PLOT_KEYS[2:]])
-        writer.writerow([len(history), final_val] + [""] * (len(PLOT_KEYS) - 2))
+            last = {key: row.get(key, value) for key, value in last.items()}
+            writer.writerow([row["step"], last[columns[0]]] + [row.get(k, "") for k in PLOT_KEYS[2:]]
+                            + [last[key] for key in columns[1:]])
+        writer.writerow([len(history), final_val[columns[0]]] + [""] * (len(PLOT_KEYS) - 2)
+                        + [final_val[key] for key in columns[1:]])
 
 
 if __name__ == "__main__":

@@ -202,8 +202,15 @@ class TrainConfig:
     ppo_epochs: int = 1  # passes over each step's batch, critic and actor (RAGEN ppo_epochs)
     eval_every: int = 10  # steps between val evaluations (and before training)
     eval_episodes: int = 64  # val instances per evaluation
+    val_envs: List[str] = field(default_factory=list)  # more envs those evaluations play beside train.env (which
+    #   is always played), e.g. [sokoban_vocab, sokoban_large, frozen_lake]: RAGEN's generalisation val; [] none
     checkpoint_every: int = 5  # steps between resumable checkpoints
     seed: int = 0  # sampling seed
+
+    def val_tags(self) -> list[str]:
+        """The envs the loop's evaluations play: train.env, then train.val_envs (train.env listed there again
+        changes nothing)."""
+        return [self.env] + [tag for tag in self.val_envs if tag != self.env]
 
 
 @dataclass
@@ -302,7 +309,10 @@ def _explain(error: OmegaConfBaseException, source: str) -> str:
         where = f"under '{section}'" if section else "at the top level"
         hint = did_you_mean(name, keys, prefix=f"{section}." if section else "")
         return f"{source}: unknown key '{key}'{hint}; known keys {where}: {', '.join(keys)}"
-    return f"{source}: bad value for '{key}': {str(error).splitlines()[0]}"
+    reason = str(error).splitlines()[0]
+    if "is not a ListConfig, list or tuple" in reason:  # a scalar where the schema has a list
+        return f"{source}: '{key}' takes a list, e.g. {key}=[a,b] (in params.yaml: {key.split('.')[-1]}: [a, b])"
+    return f"{source}: bad value for '{key}': {reason}"
 
 
 def did_you_mean(word: str, known: Sequence[str], prefix: str = "") -> str:
@@ -339,6 +349,7 @@ def validate(config: Config) -> None:
     if outside:
         raise ConfigError(f"base.envs: {outside} not in envs.tags (only those have generated train seeds); "
                           f"pick from {envs.tags} or leave base.envs empty for all of them")
+    check_val_envs(config)
     ranges = {}
     for split in ("train", "val", "test"):
         size, seed = getattr(envs, f"{split}_size"), getattr(envs, f"{split}_seed")
@@ -436,6 +447,23 @@ HINTS = {"eval.samples": "episodes per val or test instance", "train.max_optimal
          "critic.warmup_epochs": "0: the critic starts unwarmed, a zero value head",
          "critic.ppo_epochs": "0: as many as train.ppo_epochs",
          "algo.first_action_coef": "a negative one would pay for a template"}
+
+
+def check_val_envs(config: Config) -> None:
+    """train.val_envs: known env tags, each once, among envs.tags (only those have val seeds)."""
+    from ragen.envs import ENVS
+
+    val_envs = config.train.val_envs
+    for tag in val_envs:
+        if tag not in ENVS:
+            raise ConfigError(f"train.val_envs: unknown env tag {tag!r}{did_you_mean(tag, list(ENVS))}; known "
+                              f"tags: {', '.join(ENVS)}")
+    if len(set(val_envs)) != len(val_envs):
+        raise ConfigError(f"train.val_envs: duplicate tags in {val_envs}; name each env once")
+    outside = [tag for tag in val_envs if tag not in config.envs.tags]
+    if outside:
+        raise ConfigError(f"train.val_envs: {outside} not in envs.tags (only those have generated val seeds); add "
+                          f"{'them' if len(outside) > 1 else 'it'} to envs.tags, or pick from {config.envs.tags}")
 
 
 def check_ranges(config: Config) -> None:

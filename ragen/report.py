@@ -23,6 +23,7 @@ marker misses it. Where one action is best everywhere (the bandit) this is the s
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ CURVES = {  # csv column -> plot title: RAGEN's Echo Trap indicators (its Fig. 6
     "rollout/first_action_mi": "first action's information on the instance (nats)",
     "rollout/response_distinct_in_group": "distinct first answers within a group",
 }
+OTHER_VAL = "val_success/"  # csv column prefix of the in-loop val success on train.val_envs, one per env
 STD_DROP = 0.25
 COLLAPSE_MARGIN = 0.1
 COLLAPSE_SHARE = 0.5
@@ -70,7 +72,15 @@ def read_steps_csv(path: str | Path) -> list[dict[str, float]]:
 
 
 def to_series(label: str, rows: Sequence[dict[str, float]]) -> Series:
-    return Series(label, [int(r["step"]) for r in rows], {k: [r.get(k, math.nan) for r in rows] for k in CURVES})
+    """The CURVES of a run's csv rows, and its `val_success/<env>` columns (train.val_envs) where it has them."""
+    others = [k for k in (rows[0] if rows else {}) if k.startswith(OTHER_VAL)]
+    return Series(label, [int(r["step"]) for r in rows],
+                  {k: [r.get(k, math.nan) for r in rows] for k in [*CURVES, *others]})
+
+
+def other_val_envs(series: Series) -> list[str]:
+    """The envs besides train.env whose in-loop val success the series holds (train.val_envs), in csv order."""
+    return [key[len(OTHER_VAL):] for key in series.values if key.startswith(OTHER_VAL)]
 
 
 def mean_series(label: str, runs: Sequence[Series]) -> Series:
@@ -176,6 +186,10 @@ def plot_curves(series: Sequence[Series], out_dir: str | Path, title: str) -> li
                 line, = target.plot(s.steps, s.values[key], label=s.label, linewidth=1.6)
                 if s.lo is not None:
                     target.fill_between(s.steps, s.lo[key], s.hi[key], color=line.get_color(), alpha=0.15)
+                if key == "val_success":  # train.val_envs' curves on the same axes
+                    for env, style in zip(other_val_envs(s), itertools.cycle(("--", "-.", ":", (0, (5, 1))))):
+                        target.plot(s.steps, s.values[OTHER_VAL + env], label=f"{s.label}: val on {env}",
+                                    color=line.get_color(), linestyle=style, linewidth=1.2)
                 marker = echo_trap(s)["collapse_step"]
                 if marker is not None:
                     target.axvline(marker, color=line.get_color(), linestyle=":", linewidth=1)

@@ -86,6 +86,15 @@ def write(tmp_path, text):
         ("algo:\n  clip_eps_low: 1.0\n", r"algo.clip_eps_low must be in \(0, 1\)"),
         ("algo:\n  dual_clip: 0.5\n", r"algo.dual_clip must be 0 \(off\) or > 1 \(RAGEN: 3\), got 0.5"),
         ("rollout:\n  format_penalty: 0.1\n", "rollout.format_penalty must be <= 0"),
+        # the envs the loop validates on beside train.env
+        ("train:\n  val_envs: [bandit_tst]\n",
+         r"train.val_envs: unknown env tag 'bandit_tst' \(did you mean 'bandit_test'\?\); known tags: bandit, "),
+        ("train:\n  val_envs: [bandit_rev, bandit_rev]\n", "train.val_envs: duplicate tags in ['bandit_rev', "),
+        ("envs:\n  tags: [bandit, sokoban]\ntrain:\n  val_envs: [sokoban, frozen_lake]\n",
+         r"train.val_envs: ['frozen_lake'] not in envs.tags \(only those have generated val seeds\); add it to "
+         r"envs.tags, or pick from ['bandit', 'sokoban']"),
+        ("train:\n  val_envs: frozen_lake\n",
+         r"'train.val_envs' takes a list, e.g. train.val_envs=[a,b] \(in params.yaml: val_envs: [a, b]\)"),
     ],
 )
 def test_bad_params_name_the_key(tmp_path, text, message):
@@ -124,6 +133,15 @@ def test_a_refused_key_or_value_names_its_source_and_the_key_meant(tmp_path):
     with pytest.raises(ConfigError, match=re.escape("override 'envs.tags=[bandit,': the value is not valid YAML "
                                                     "(expected the node content, but found '<stream end>')")):
         load_config(None, ["envs.tags=[bandit,"])
+
+
+def test_val_envs_come_after_train_env_each_once(tmp_path):
+    path = write(tmp_path, "train:\n  env: bandit\n")
+    assert load_config(path).train.val_tags() == ["bandit"]
+    cfg = load_config(path, ["train.val_envs=[bandit_rev,bandit,bandit_test]"])
+    assert cfg.train.val_tags() == ["bandit", "bandit_rev", "bandit_test"]  # train.env listed again: played once
+    with pytest.raises(ConfigError, match=re.escape("override 'envs.tags=bandit': 'envs.tags' takes a list")):
+        load_config(path, ["envs.tags=bandit"])
 
 
 def test_missing_file_is_clear(tmp_path):

@@ -8,11 +8,12 @@ import pytest
 
 from flows.cli import main
 from flows.lineage import OtherSettings, made_with
-from flows.report import check_ran_with, check_trained_with, fall_sentence, gap_cell, headline
+from flows.report import (check_ran_with, check_trained_with, fall_sentence, gap_cell, headline,
+                          other_val_text)
 from flows.update import write_steps_csv
 from ragen.config import load_config
 from ragen.fileio import StageFileError
-from ragen.report import echo_trap, read_steps_csv, to_series
+from ragen.report import echo_trap, other_val_envs, plot_curves, read_steps_csv, to_series
 
 
 def test_the_fall_is_given_in_standard_errors_only_when_success_fell():
@@ -100,10 +101,37 @@ def test_the_val_curve_ends_with_the_evaluation_after_the_last_update(tmp_path):
     history = [{"step": 0, "val/bandit/success": 0.4, "rollout/success_rate": 0.5, "rollout/in_group_std_mean": 0.3},
                {"step": 1, "rollout/success_rate": 0.6, "rollout/in_group_std_mean": 0.2},
                {"step": 2, "rollout/success_rate": 0.7, "rollout/in_group_std_mean": 0.2}]
-    write_steps_csv(str(tmp_path / "steps.csv"), history, "bandit", final_val=0.9)
+    write_steps_csv(str(tmp_path / "steps.csv"), history, ["bandit"], {"val/bandit/success": 0.9})
     rows = read_steps_csv(tmp_path / "steps.csv")
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     assert [r["val_success"] for r in rows] == [0.4, 0.4, 0.4, 0.9]
     assert math.isnan(rows[3]["rollout/success_rate"]) and rows[2]["rollout/success_rate"] == 0.7
     series = to_series("bandit", rows)
     assert echo_trap(series, window=1)["final_val_success"] == 0.9  # the trap's "last" is the final evaluation
+
+
+def test_val_envs_get_a_column_each_carried_forward_and_ended_by_the_final_evaluation(tmp_path):
+    # train.val_envs=[bandit_test, bandit_rev], eval_every 2, 3 steps: evaluations before steps 0 and 2, then after 3
+    history = [{"step": 0, "val/bandit/success": 0.4, "val/bandit_test/success": 0.3, "val/bandit_rev/success": 0.5,
+                "rollout/in_group_std_mean": 0.3},
+               {"step": 1, "rollout/in_group_std_mean": 0.2},
+               {"step": 2, "val/bandit/success": 0.6, "val/bandit_test/success": 0.35, "val/bandit_rev/success": 0.45,
+                "rollout/in_group_std_mean": 0.2}]
+    final = {"val/bandit/success": 0.9, "val/bandit_test/success": 0.375, "val/bandit_rev/success": 0.25}
+    write_steps_csv(str(tmp_path / "steps.csv"), history, ["bandit", "bandit_test", "bandit_rev"], final)
+    rows = read_steps_csv(tmp_path / "steps.csv")
+    assert list(rows[0])[-2:] == ["val_success/bandit_test", "val_success/bandit_rev"]  # after the fixed columns
+    assert [r["val_success"] for r in rows] == [0.4, 0.4, 0.6, 0.9]
+    assert [r["val_success/bandit_test"] for r in rows] == [0.3, 0.3, 0.35, 0.375]
+    assert [r["val_success/bandit_rev"] for r in rows] == [0.5, 0.5, 0.45, 0.25]
+    series = to_series("bandit", rows)
+    assert other_val_envs(series) == ["bandit_test", "bandit_rev"]
+    assert other_val_text(series) == ("; on the other val envs (train.val_envs) bandit_test 0.300 -> 0.375, "
+                                      "bandit_rev 0.500 -> 0.250")
+    assert echo_trap(series, window=1)["final_val_success"] == 0.9  # the markers read train.env's column alone
+    assert plot_curves([series], tmp_path / "plots", "bandit")[0].exists()
+    # a run validated on train.env alone writes the columns it always had, and the report says nothing more
+    write_steps_csv(str(tmp_path / "alone.csv"), history, ["bandit"], final)
+    alone = read_steps_csv(tmp_path / "alone.csv")
+    assert not [k for k in alone[0] if k.startswith("val_success/")]
+    assert other_val_envs(to_series("bandit", alone)) == [] and other_val_text(to_series("bandit", alone)) == ""

@@ -157,6 +157,44 @@ def test_resume_after_a_kill_ends_where_an_uninterrupted_run_ends(prepared, caps
 
 
 @pytest.mark.slow
+def test_val_envs_are_validated_in_the_loop_and_change_nothing_the_training_does(prepared, capsys):
+    """train.val_envs: every in-loop evaluation (and the one after the last step) plays those envs too, logged as
+    val/<env>/success and written to the steps csv; training, and train.env's val, are those of a run without."""
+    project, params = prepared
+    alone = {"policy_dir": str(project / "alone"), "metrics_path": str(project / "alone.json"),
+             "steps_csv": str(project / "alone.csv"), "critic_out": str(project / "alone_critic")}
+    update_policy(params=params, overrides=SMALL, **alone)
+    with_val = [*SMALL, "train.val_envs=[bandit_test]"]
+    update_policy(params=params, overrides=with_val, stop_after=3)  # killed, then resumed: the same run
+    result = update_policy(params=params, overrides=with_val)
+    assert "val/bandit_test/success" in capsys.readouterr().out.splitlines()[-1]  # update | done | ... line
+    before = load_policy(project / "alone", device="cpu").model.state_dict()
+    after = load_policy(project / "models/policy", device="cpu").model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert json.loads((project / "metrics/train.json").read_text()) == json.loads((project / "alone.json").read_text())
+    rows, plain = (list(csv.DictReader(open(path))) for path in (project / "metrics/train_steps.csv",
+                                                                  alone["steps_csv"]))
+    assert [r["val_success"] for r in rows] == [r["val_success"] for r in plain]
+    assert [r.pop("val_success/bandit_test") != "" for r in rows] == [True] * 5 and rows == plain
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("ragen").experiment_id], "tags.`ragen.stage` = 'update'")
+    validated = [run for run in runs if "val/bandit_test/success" in run.data.metrics]
+    assert len(validated) == 2 and len(runs) == 3  # the killed run and its resumption; the run without
+    history = client.get_metric_history(validated[0].info.run_id, "val/bandit_test/success")  # the resumed run
+    assert sorted(m.step for m in history) == [0, 2, 4]  # eval_every 2, then after the last of 4 steps
+    assert history[-1].value == pytest.approx(float(list(csv.DictReader(open(project / "metrics/train_steps.csv")))
+                                                     [-1]["val_success/bandit_test"]))
+    assert result["val/bandit/success"] == json.loads((project / "alone.json").read_text())["val/bandit/success"]
+    # the report draws them and names them; one written without the setting is refused, naming it
+    evaluate(params=params, overrides=with_val)
+    capsys.readouterr()
+    assert main(["report", *with_val]) == 0
+    assert "on the other val envs (train.val_envs) bandit_test " in (project / "reports/pipeline/report.md").read_text()
+    assert main(["report", *SMALL]) == 2
+    assert "train.val_envs=['bandit_test'] (this report: [])" in capsys.readouterr().err
+
+
+@pytest.mark.slow
 def test_a_checkpoint_of_other_params_is_not_resumed_and_a_damaged_one_is_named(prepared, capsys):
     project, params = prepared
     ckpt = project / "checkpoints/update"
