@@ -296,6 +296,7 @@ def set_report(ablation: AblationSet, out_root: Path, results: dict[str, dict], 
                           for s in per_run)]
         rows.append(row)
     pngs = plot_curves(series, out / "plots", f"ablation set {ablation.name}")
+    transfer = generalisation_table(by_variant, results)
     text = "\n".join([
         f"# Ablation set `{ablation.name}`", "", ablation.description, "",
         markdown_table(["variant", "env", "runs", "val success", "sd", "test success", "sd",
@@ -306,11 +307,32 @@ def set_report(ablation: AblationSet, out_root: Path, results: dict[str, dict], 
         "with its standard error over seeds that share their instances (ragen.evaluation.mean_and_se_over_seeds); "
         "val minus base: the same against the base policy played on the same episodes by stage evaluate "
         "(eval.against_base); sd is the spread of the runs' val success.", "",
+        *transfer,
         "Curves: the mean over a variant's seeds, the band its min and max; dotted lines mark reward-std "
-        "collapse (ragen/report.py).", "", f"![curves](plots/{pngs[0].name})", "",
+        "collapse (ragen/report.py); dashed ones in the val panel, the in-loop val on train.val_envs.", "",
+        f"![curves](plots/{pngs[0].name})", "",
         "Runs:", "", *[f"- `{run.name}`: {' '.join(run.overrides)}" for run in ablation.runs], ""])
     write_text(out / "report.md", text)
     return out / "report.md", pngs
+
+
+def generalisation_table(by_variant: dict[str, list[AblationRun]], results: dict[str, dict]) -> list[str]:
+    """The report's lines for the paper's table 4: each variant's val success on the envs stage evaluate played
+    beside its train.env (its generalisation envs), the mean over its seeds; none when no variant has any."""
+    rows, envs = [], []
+    for variant, runs in by_variant.items():
+        trained = results[runs[0].name]["env"]
+        other = {tag: statistics.mean(results[run.name]["eval"][tag]["val"]["success_rate"] for run in runs)
+                 for tag in results[runs[0].name]["eval"] if tag != trained}
+        envs += [tag for tag in other if tag not in envs]
+        rows.append((variant, trained, other))
+    if not envs:
+        return []
+    table = markdown_table(["variant", "trained on", *envs],
+                           [(variant, trained, *(other.get(tag, math.nan) for tag in envs))
+                            for variant, trained, other in rows])
+    return ["Generalisation (the paper's table 4): val success on the envs stage evaluate plays beside the one "
+            "trained on, the mean over a variant's seeds ('-': not played for that env).", "", table, ""]
 
 
 @flow(name="ablate")

@@ -84,12 +84,14 @@ def other_val_envs(series: Series) -> list[str]:
 
 
 def mean_series(label: str, runs: Sequence[Series]) -> Series:
-    """Mean over runs (seeds) per step, over the steps all runs have; band = min and max."""
+    """Mean over runs (seeds) per step, over the steps all runs have; band = min and max. The in-loop val of
+    train.val_envs is averaged for the envs every run has it for."""
     if len(runs) == 1:
         return Series(label, runs[0].steps, runs[0].values)
     length = min(len(r.steps) for r in runs)
     values, lo, hi = {}, {}, {}
-    for key in CURVES:
+    shared = [OTHER_VAL + env for env in other_val_envs(runs[0]) if all(OTHER_VAL + env in r.values for r in runs)]
+    for key in [*CURVES, *shared]:
         columns = list(zip(*(r.values[key][:length] for r in runs)))
         values[key] = [sum(c) / len(c) for c in columns]
         lo[key], hi[key] = [min(c) for c in columns], [max(c) for c in columns]

@@ -109,6 +109,17 @@ def test_mean_series_averages_seeds_with_a_min_max_band():
     assert m.lo["actor/entropy"] == [0.0, 0.5] and m.hi["actor/entropy"] == [1.0, 1.0]
 
 
+def test_mean_series_averages_the_val_envs_every_seed_has():
+    a = series([0.2, 0.4], [1.0, 1.0], [0.0, 0.5], "a")
+    b = series([0.4, 0.0], [0.0, 0.5], [1.0, 0.5], "b")
+    a.values.update({"val_success/bandit_test": [0.25, 0.5], "val_success/bandit_rev": [0.0, 1.0]})
+    b.values.update({"val_success/bandit_test": [0.75, 1.0]})  # this seed did not validate on bandit_rev
+    m = mean_series("ab", [a, b])
+    assert m.values["val_success/bandit_test"] == pytest.approx([0.5, 0.75])
+    assert m.lo["val_success/bandit_test"] == [0.25, 0.5] and m.hi["val_success/bandit_test"] == [0.75, 1.0]
+    assert "val_success/bandit_rev" not in m.values  # a mean of one seed would pass for the variant's
+
+
 def test_steps_csv_round_trip_and_pngs(tmp_path):
     path = tmp_path / "steps.csv"
     path.write_text("step,val_success,rollout/in_group_std_mean,actor/entropy,actor/grad_norm\n"
