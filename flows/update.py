@@ -31,6 +31,7 @@ from ragen.fileio import staged_file
 from ragen.policy import load_policy
 from ragen.model_meta import read_meta, save_meta
 from ragen.policy.model import load_critic, save_model
+from ragen.report import OTHER_VAL
 from ragen.tracking import MlflowTracker
 from ragen.train import Learner, train_step
 from ragen.trajectory_io import read_scores, read_settings, read_trajectories, sample_table
@@ -182,17 +183,18 @@ def validate(cfg: Config, learner: Learner, val_seeds: dict[str, list[int]]) -> 
         summary, played = evaluate_policy(learner.policy, tag, seeds, cfg.rollout, temperature=cfg.eval.temperature,
                                           seed=cfg.train.seed)
         metrics[f"val/{tag}/success"] = summary["success_rate"]
-        trajectories = trajectories or played
+        if tag == cfg.train.env:
+            trajectories = played
     return metrics, trajectories
 
 
 def write_steps_csv(path: str, history: list[dict], envs: list[str], final_val: dict[str, float]) -> None:
     """One row per training step (its val_success the last in-loop evaluation's of `envs[0]`, train.env, carried
-    forward; a column `val_success/<env>` likewise for each other env of `envs`, train.val_envs), then a row at step
+    forward; a column `val_success/<env>` (OTHER_VAL) likewise for each other env of `envs`, train.val_envs), then a row at step
     train.steps with the evaluations after the last update alone (`final_val`, by "val/<env>/success"), so the val
     curves end where training did: without it a 10-step run's curve read the base's figure throughout."""
     columns = [f"val/{env}/success" for env in envs]  # history's keys, in the csv's val columns' order
-    header = PLOT_KEYS + [f"val_success/{env}" for env in envs[1:]]
+    header = PLOT_KEYS + [OTHER_VAL + env for env in envs[1:]]
     last = {key: "" for key in columns}
     with staged_file(path) as tmp, open(tmp, "w", newline="") as handle:
         writer = csv.writer(handle)

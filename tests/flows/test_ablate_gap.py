@@ -57,18 +57,21 @@ def test_base_val_gap_pairs_each_run_with_its_own_base_episodes(tmp_path):
 
 def test_the_generalisation_table_gives_each_variants_seed_mean_per_env():
     def result(env, **success):
-        return {"env": env, "eval": {tag: {"val": {"success_rate": rate}} for tag, rate in success.items()}}
+        return {"env": env, "eval": {tag: {"val": {"success_rate": rate[0], "base_success_rate": rate[1]}
+                                            if isinstance(rate, tuple) else {"success_rate": rate}}
+                                     for tag, rate in success.items()}}
 
-    results = {"sok-s0": result("sokoban", sokoban=0.1, sokoban_vocab=0.25, frozen_lake=0.2),
-               "sok-s1": result("sokoban", sokoban=0.2, sokoban_vocab=0.75, frozen_lake=0.3),
+    results = {"sok-s0": result("sokoban", sokoban=0.1, sokoban_vocab=(0.25, 0.125), frozen_lake=(0.2, 0.25)),
+               "sok-s1": result("sokoban", sokoban=0.2, sokoban_vocab=(0.75, 0.375), frozen_lake=0.3),
                "ban-s0": result("bandit", bandit=1.0, bandit_test=0.5)}
     by_variant = {"sok": [AblationRun("sok-s0", "sok", 0, ()), AblationRun("sok-s1", "sok", 1, ())],
                   "ban": [AblationRun("ban-s0", "ban", 0, ())]}
     lines = generalisation_table(by_variant, results)
     assert lines[0].startswith("Generalisation (the paper's table 4): val success on the envs stage evaluate plays")
+    # frozen_lake: one seed without the base's figure (eval.against_base off), so the cell gives none
     assert lines[2].splitlines() == ["| variant | trained on | sokoban_vocab | frozen_lake | bandit_test |",
                                      "|---|---|---|---|---|",
-                                     "| sok | sokoban | 0.500 | 0.250 | - |",
+                                     "| sok | sokoban | 0.500 (base 0.250) | 0.250 | - |",
                                      "| ban | bandit | - | - | 0.500 |"]
     # no variant played anything beside its train env (e.g. countdown, which has none): no table
     assert generalisation_table({"ban": by_variant["ban"]}, {"ban-s0": result("bandit", bandit=1.0)}) == []
