@@ -327,7 +327,7 @@ def generalisation_table(by_variant: dict[str, list[AblationRun]], results: dict
     rows, envs = [], []
     for variant, runs in by_variant.items():
         trained = results[runs[0].name]["env"]
-        other = {tag: cell([results[run.name]["eval"][tag]["val"] for run in runs])
+        other = {tag: generalisation_cell([results[run.name]["eval"][tag]["val"] for run in runs])
                  for tag in results[runs[0].name]["eval"] if tag != trained}
         envs += [tag for tag in other if tag not in envs]
         rows.append((variant, trained, other))
@@ -341,7 +341,7 @@ def generalisation_table(by_variant: dict[str, list[AblationRun]], results: dict
             "(eval.against_base; '-': not played for that env).", "", table, ""]
 
 
-def cell(splits: Sequence[dict]) -> str:
+def generalisation_cell(splits: Sequence[dict]) -> str:
     """'0.113 (base 0.109)': the mean val success of a variant's runs on one env, and the base's where every run has
     it."""
     text = f"{statistics.mean(split['success_rate'] for split in splits):.3f}"

@@ -126,8 +126,8 @@ def pipeline_markdown(cfg: Config, metrics_dir: Path, series: Series, trap: dict
 
 
 def other_val_text(series: Series) -> str:
-    """The in-loop val of train.val_envs, first and last evaluation of each ('; on frozen_lake 0.203 -> 0.219, ...'),
-    or '' when the run validated on train.env alone."""
+    """The in-loop val of train.val_envs, first and last evaluation of each ('; on the other val envs
+    (train.val_envs) frozen_lake 0.203 -> 0.219, ...'), or '' when the run validated on train.env alone."""
     parts = []
     for env in other_val_envs(series):
         known = [v for v in series.values[OTHER_VAL + env] if not math.isnan(v)]

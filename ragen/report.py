@@ -189,7 +189,8 @@ def plot_curves(series: Sequence[Series], out_dir: str | Path, title: str) -> li
                 if s.lo is not None:
                     target.fill_between(s.steps, s.lo[key], s.hi[key], color=line.get_color(), alpha=0.15)
                 if key == "val_success":  # train.val_envs' curves on the same axes
-                    for env, style in zip(other_val_envs(s), itertools.cycle(("--", "-.", ":", (0, (5, 1))))):
+                    dashes = itertools.cycle(("--", "-.", (0, (6, 2)), (0, (3, 1, 1, 1, 1, 1))))  # dotted: Echo Trap
+                    for env, style in zip(other_val_envs(s), dashes):
                         target.plot(s.steps, s.values[OTHER_VAL + env], label=f"{s.label}: val on {env}",
                                     color=line.get_color(), linestyle=style, linewidth=1.2)
                 marker = echo_trap(s)["collapse_step"]
