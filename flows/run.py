@@ -21,6 +21,8 @@ import sys
 
 from flows.warm import CODE, HEADER, PEAK, reap, recv_exactly
 
+NEEDED = ("torch", "prefect", "mlflow", "polars", "omegaconf", "transformers")  # what every stage imports
+
 
 def run_warm(path: str, module: str, argv: list[str]) -> int | None:
     """The stage's exit code from the server at `path`; None when it cannot or will not run it."""
@@ -110,6 +112,12 @@ def main(argv: list[str]) -> int:
     if not found:  # before: the child's "No module named flows.X"
         print(f"flows.run: no stage {argv[0]} (no module {module}); the stages are dvc.yaml's, as `python -m flows.run "
               "update`", file=sys.stderr)
+        return 2
+    missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+    if missing:  # before: the stage's ModuleNotFoundError traceback, e.g. a system `python` under `.venv/bin/dvc`
+        print(f"{module.removeprefix('flows.')}: {sys.executable} has no {', '.join(missing)}: the stages need the "
+              "project's environment; run dvc from it (`source .venv/bin/activate`, then `dvc exp run ...`), or "
+              "`make run`", file=sys.stderr)
         return 2
     server = os.environ.get("RAGEN_STAGE_SERVER")
     if server:

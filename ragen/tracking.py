@@ -56,12 +56,24 @@ class TrackingError(RuntimeError):
 
 
 def resolve_tracking_uri(cfg: TrackingConfig, root: Path) -> str:
-    """params `tracking.uri` > $MLFLOW_TRACKING_URI > sqlite in `<root>/mlruns/`."""
+    """params `tracking.uri` > $MLFLOW_TRACKING_URI > sqlite in `<store_root(root)>/mlruns/`."""
     if cfg.uri:
         return cfg.uri
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
-    return f"sqlite:///{(root / 'mlruns' / 'mlflow.db').resolve()}"
+    return f"sqlite:///{store_root(root.resolve()) / 'mlruns' / 'mlflow.db'}"
+
+
+def store_root(root: Path) -> Path:
+    """The folder whose `mlruns/` holds the runs of a stage run in `root`: `root` itself, or for a DVC experiment
+    run outside the workspace (`dvc exp run --temp`, or queued: `--queue`, then `dvc queue start`) the project it
+    was started from. DVC runs those in a copy under `<project>/.dvc/tmp/exps/` and deletes it afterwards, with any
+    store inside."""
+    parts = root.parts
+    for i in range(len(parts) - 2):
+        if parts[i:i + 3] == (".dvc", "tmp", "exps"):
+            return Path(*parts[:i])
+    return root
 
 
 def check_reachable(uri: str, timeout_s: float = 5.0) -> None:

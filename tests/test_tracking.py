@@ -10,7 +10,8 @@ from mlflow.tracking import MlflowClient
 
 from ragen.config import load_config
 from ragen.liveness import has_ended, process_tag
-from ragen.tracking import MlflowTracker, TrackingError, ensure_experiment, pipeline_run_id, preset_of
+from ragen.tracking import (MlflowTracker, TrackingError, ensure_experiment, pipeline_run_id, preset_of,
+                            resolve_tracking_uri)
 
 
 @pytest.fixture
@@ -70,6 +71,21 @@ def test_another_config_is_another_pipeline_run_and_ablations_nest_one_level_up(
     assert {p.data.tags["ragen.preset_nearest"] for p in pipelines} == {"starpo_s"}
     assert sorted(p.data.tags.get("ragen.preset_diff", "") for p in pipelines) == ["", "algo.clip_eps_high=0.2"]
     assert all(r.data.tags["ragen.ablation_set"] == "clip" for r in runs(client, "tags.`ragen.stage` = 'update'"))
+
+
+def test_a_dvc_experiment_run_outside_the_workspace_logs_to_the_projects_store(monkeypatch, tmp_path):
+    """`dvc exp run --temp` (or `--queue`) runs the stages in <project>/.dvc/tmp/exps/<...>/, which DVC deletes after:
+    the default store is the project's mlruns/, not one inside the copy."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = load_config("params.yaml").tracking
+    project = tmp_path / "project"
+    store = f"sqlite:///{project / 'mlruns' / 'mlflow.db'}"
+    assert resolve_tracking_uri(cfg, project) == store
+    assert resolve_tracking_uri(cfg, project / ".dvc/tmp/exps/standalone/tmpab12cd") == store  # --temp
+    assert resolve_tracking_uri(cfg, project / ".dvc/tmp/exps/tmpab12cd") == store  # a queue's worker
+    assert resolve_tracking_uri(cfg, project / "exps") == f"sqlite:///{project / 'exps/mlruns/mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://host:5000")  # a store named outside wins wherever it runs
+    assert resolve_tracking_uri(cfg, project / ".dvc/tmp/exps/tmpab12cd") == "http://host:5000"
 
 
 def test_preset_names_and_explicit_pipeline_ids(monkeypatch):

@@ -90,3 +90,13 @@ def test_dvc_repro_then_nothing_to_do(repo):
     assert "Running stage 'update'" in out and "Stage 'base' didn't change" in out
     exp_runs = client.search_runs([experiment], "tags.`ragen.stage` = 'update' and tags.`dvc.exp_name` != ''")
     assert exp_runs and exp_runs[0].data.params["algo.clip_eps_high"] == "0.2"
+
+    # outside the workspace (`--temp`; a queued experiment runs the same way): DVC runs the stages in a copy under
+    # .dvc/tmp/exps/ and deletes it after. A relative core.site_cache_dir failed it at once ("unable to open database
+    # file"), and the stages' runs would have gone into the copy's own mlruns/
+    out = run(["dvc", "exp", "run", "--temp", "-S", "algo.clip_eps_high=0.24"], path, env)
+    assert "Running stage 'update'" in out and "Stage 'base' didn't change" in out
+    temp_runs = client.search_runs([experiment], "params.`algo.clip_eps_high` = '0.24'")
+    assert {"update", "evaluate", "report"} <= {r.data.tags["ragen.stage"] for r in temp_runs}
+    assert all(r.data.tags.get("dvc.exp_name") for r in temp_runs if r.data.tags["ragen.stage"] != "pipeline")
+    assert not (path / ".dvc/tmp/exps").exists() or not list((path / ".dvc/tmp/exps").rglob("mlflow.db"))

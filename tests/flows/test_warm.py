@@ -83,6 +83,18 @@ def test_a_stage_that_is_not_there_is_one_line(tmp_path):
                                                  "are dvc.yaml's, as `python -m flows.run update`\n")
 
 
+def test_a_python_without_the_projects_packages_is_one_line(tmp_path):
+    """As `.venv/bin/dvc exp run` ran the stages where `python` on PATH was the system's (DVC runs each stage's
+    command through the shell): before, the stage's ModuleNotFoundError traceback for torch."""
+    project = stage_dir(tmp_path)
+    done = subprocess.run([sys.executable, "-S", "-m", "flows.run", "probe"], cwd=project, capture_output=True,
+                          text=True, env=dict(os.environ) | {"PYTHONPATH": f"{project}:{ROOT}"})  # -S: no site-packages
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"probe: {sys.executable} has no torch, prefect, mlflow, polars, omegaconf, transformers: "
+                           "the stages need the project's environment; run dvc from it (`source .venv/bin/activate`, "
+                           "then `dvc exp run ...`), or `make run`\n")
+
+
 def test_a_malformed_request_closes_the_descriptors_it_carried():
     import socket
     from flows.warm import HEADER, receive
