@@ -119,3 +119,11 @@ def schedule_of(spec: str, cron: str | None) -> str:
 
 
 __all__ = ["Regression", "RegressionError", "check_matrix", "deployment", "nightly", "serve"]
+
+
+if __name__ == "__main__":  # the same as `ragen nightly ...` (before: it imported the module and exited 0, silently)
+    import sys
+
+    from flows.cli import main
+
+    sys.exit(main(["nightly", *sys.argv[1:]]))

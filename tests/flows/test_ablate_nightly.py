@@ -167,6 +167,13 @@ def test_the_module_entry_runs_as_ragen_ablate(project):
     assert done.returncode == 2 and done.stderr.splitlines()[-1].startswith("ragen ablate: "), done.stderr
 
 
+def test_the_module_entry_runs_as_ragen_nightly(project):
+    """Before: `python -m flows.nightly ...` imported the module and ended with exit code 0, doing nothing."""
+    done = subprocess.run([sys.executable, "-m", "flows.nightly", "run", "--spec", "nope.yaml"], cwd=project,
+                          capture_output=True, text=True)
+    assert (done.returncode, done.stderr.splitlines()[-1]) == (2, "ragen nightly: nope.yaml: no such nightly spec")
+
+
 HOLD = """
 import time
 from pathlib import Path
