@@ -1,5 +1,7 @@
 """`dvc repro` in a real git + DVC repository in a temp folder, as a user runs it (slow)."""
 
+import csv
+import json
 import os
 import shutil
 import subprocess
@@ -8,6 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 from smallproject import ROOT, write_params
@@ -48,6 +51,14 @@ def test_dvc_repro_then_nothing_to_do(repo):
         assert pl.read_parquet(path / "data/envs" / tag / "val.parquet").height == 4
     assert "up to date" in run(["dvc", "status"], path, env)
     assert "didn't change, skipping" in run(["dvc", "repro"], path, env)
+
+    # `dvc plots show` draws dvc.yaml's named panels, each from a column the csv has, and no panel of the csv's last
+    # column (a stage-level plot entry without y drew one)
+    panels = json.loads(run(["dvc", "plots", "show", "--json"], path, env))["data"]
+    named = yaml.safe_load((path / "dvc.yaml").read_text())["plots"]
+    assert sorted(panels) == sorted(name for entry in named for name in entry)
+    columns = set(next(csv.reader(open(path / "metrics/train_steps.csv"))))
+    assert {column for entry in named for spec in entry.values() for column in spec["y"].values()} <= columns
 
     # forced rerun as `make run` runs it (one Prefect server, stages forked from the warm stage server):
     # byte-identical outputs (tables and model weights), so dvc.lock does not change
