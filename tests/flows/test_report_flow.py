@@ -3,14 +3,16 @@ refusal of metrics from another run than its settings describe."""
 
 import json
 import math
+from pathlib import Path
 
 import pytest
+import yaml
 
 from flows.cli import main
 from flows.lineage import OtherSettings, made_with
 from flows.report import (check_ran_with, check_trained_with, fall_sentence, gap_cell, headline,
                           other_val_text)
-from flows.update import write_steps_csv
+from flows.update import PLOT_KEYS, write_steps_csv
 from ragen.config import load_config
 from ragen.fileio import StageFileError
 from ragen.report import echo_trap, other_val_envs, plot_curves, read_steps_csv, to_series
@@ -135,3 +137,15 @@ def test_val_envs_get_a_column_each_carried_forward_and_ended_by_the_final_evalu
     alone = read_steps_csv(tmp_path / "alone.csv")
     assert not [k for k in alone[0] if k.startswith("val_success/")]
     assert other_val_envs(to_series("bandit", alone)) == [] and other_val_text(to_series("bandit", alone)) == ""
+
+
+def test_dvc_plots_panels_are_named_and_read_columns_the_csv_has():
+    # `dvc plots show` draws a panel per entry of dvc.yaml's plots and one per stage-level plot file; such a file
+    # without a y drew its last column (pass_at_n, or the last val_success/<env>), so the csv is a plain output
+    dvc = yaml.safe_load((Path(__file__).parents[2] / "dvc.yaml").read_text())
+    assert not [stage for stage, spec in dvc["stages"].items() if spec.get("plots")]
+    assert {"metrics/train_steps.csv": {"cache": False}} in dvc["stages"]["update"]["outs"]
+    columns = {column for entry in dvc["plots"] for spec in entry.values() for column in spec["y"].values()}
+    assert columns <= set(PLOT_KEYS) and "val_success" in columns
+    assert all(file == "metrics/train_steps.csv" for entry in dvc["plots"] for spec in entry.values()
+               for file in spec["y"])
