@@ -153,6 +153,10 @@ def run_variant(run: AblationRun, set_name: str, out_root: str, params: str, sta
                             f"{RERUN_WITH_IT}") from None
 
 
+class NoWorkerLeft(AblationError):
+    """A variant waited for a Dask worker longer than the scheduler's no-workers-timeout."""
+
+
 def variant_result(run: AblationRun, future: Any, params: str, address: str = "") -> dict[str, Any]:
     """The variant's summary from its future. On a Dask cluster a variant whose every worker died (the scheduler
     gives up after a few: distributed's KilledWorker) ends the set with an `AblationError` naming it and the
@@ -163,7 +167,7 @@ def variant_result(run: AblationRun, future: Any, params: str, address: str = ""
         return future.result()
     except Exception as error:
         if type(error).__name__ in ("NoWorkerError", "NoValidWorkerError"):
-            raise AblationError(f"variant {run.name}: the Dask cluster had no worker to run it for longer than its "
+            raise NoWorkerLeft(f"variant {run.name}: the Dask cluster had no worker to run it for longer than its "
                                 f"scheduler's no-workers-timeout (distributed's {type(error).__name__}); start "
                                 f"workers in this project folder (`dask worker {address or '<scheduler address>'}`) "
                                 f"and rerun; a rerun skips the variants that finished") from None
@@ -171,6 +175,29 @@ def variant_result(run: AblationRun, future: Any, params: str, address: str = ""
             raise
         raise AblationError(f"variant {run.name}: {worker_died_message(load_config(params, list(run.overrides)))}; "
                             f"{RERUN_WITH_IT}") from None
+
+
+def set_results(runs: Sequence[AblationRun], futures: Sequence[Any], params: str, address: str = ""
+                ) -> dict[str, dict[str, Any]]:
+    """Each variant's summary (`variant_result`), in the set's order. A cluster whose workers died running some
+    variants (each nanny gives up at last, or is closed) leaves the rest waiting for a worker until the scheduler's
+    no-workers-timeout: that wait is the consequence, the deaths the cause. So when a variant's error is the wait,
+    the later variants are collected too (with no worker left, none of them is still running) and the first whose
+    workers died ends the set in its place."""
+    results = {}
+    for index, (run, future) in enumerate(zip(runs, futures)):
+        try:
+            results[run.name] = variant_result(run, future, params, address)
+        except NoWorkerLeft as waited:
+            for other, later in zip(runs[index + 1 :], futures[index + 1 :]):
+                try:
+                    variant_result(other, later, params, address)
+                except NoWorkerLeft:
+                    continue
+                except AblationError as died:
+                    raise died from None
+            raise waited from None
+    return results
 
 
 def workers_here(spec: RunnerSpec, params: str) -> int:
@@ -372,8 +399,7 @@ def ablate(set_name: str, extra: list[str] | None = None, ablations: str = "abla
             tags={"ragen.ablation_set": set_name, "ragen.ablation_stamp": stamp}) as tracker:
         submit = run_variant.with_options(task_run_name=f"{set_name}/{{run.name}}")
         futures = [submit.submit(run, set_name, out_root, params, stamp) for run in ablation.runs]
-        results = {run.name: variant_result(run, future, params, spec.address)
-                   for run, future in zip(ablation.runs, futures)}
+        results = set_results(ablation.runs, futures, params, spec.address)
         report_path, pngs = set_report(ablation, Path(out_root), results)
         for path in [report_path, *pngs]:
             tracker.log_file(path, "report")
