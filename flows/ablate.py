@@ -168,9 +168,9 @@ def variant_result(run: AblationRun, future: Any, params: str, address: str = ""
     except Exception as error:
         if type(error).__name__ in ("NoWorkerError", "NoValidWorkerError"):
             raise NoWorkerLeft(f"variant {run.name}: the Dask cluster had no worker to run it for longer than its "
-                                f"scheduler's no-workers-timeout (distributed's {type(error).__name__}); start "
-                                f"workers in this project folder (`dask worker {address or '<scheduler address>'}`) "
-                                f"and rerun; a rerun skips the variants that finished") from None
+                               f"scheduler's no-workers-timeout (distributed's {type(error).__name__}); start "
+                               f"workers in this project folder (`dask worker {address or '<scheduler address>'}`) "
+                               f"and rerun; a rerun skips the variants that finished") from None
         if type(error).__name__ != "KilledWorker":
             raise
         raise AblationError(f"variant {run.name}: {worker_died_message(load_config(params, list(run.overrides)))}; "
