@@ -2,12 +2,13 @@
 
 import json
 import math
+import random
 from dataclasses import replace
 
 import pytest
 import torch
 
-from ragen.config import load_config
+from ragen.config import ConfigError, load_config
 from ragen.diagnostics import first_action_bonus
 from ragen.envs import make_env
 from ragen.policy import Policy
@@ -237,3 +238,59 @@ def test_a_shaped_step_pays_each_turn_its_potential_gain(tokenizer):
     metrics = train_step(cfg, fresh_learner(tokenizer), pool, 0)
     assert metrics["rollout/shaping_mean"] == pytest.approx(sum(t.shaping for t in trajectories) / len(trajectories))
     assert all(v == v for k, v in metrics.items() if k.startswith(("actor/", "critic/")))  # finite, not NaN
+
+
+KNOBS = {  # every value of the update's algorithm, filter and optimiser knobs (ragen.config's choices, a few numbers)
+    "train.env": ["bandit", "sokoban", "frozen_lake", "countdown"],
+    "algo.advantage": ["gae", "bilevel_gae", "grpo", "rft"], "algo.grpo_by_std": ["true", "false"],
+    "algo.gamma": ["1.0", "0.9"], "algo.lam": ["1.0", "0.95"],
+    "algo.reward_norm": ["identity", "mean", "mean_std", "asym_clip"],
+    "algo.reward_norm_grouping": ["state", "inductive", "batch"],
+    "algo.kl": ["none", "reward_k1", "loss_k1", "loss_k3"], "algo.kl_coef": ["0.0", "0.05"],
+    "algo.dual_clip": ["0.0", "3.0"], "algo.aggregation": ["token-mean", "seq-mean-token-mean"],
+    "algo.loss_mask": ["assistant", "all"], "algo.old_logprobs": ["rescore", "sampler"],
+    "algo.reward_placement": ["last", "turn"], "algo.outcome": ["return", "best_success"],
+    "algo.first_action_bonus": ["none", "entropy", "mi"], "algo.shaping": ["none", "solver"],
+    "filter.mode": ["std", "std_rev", "nonzero"], "filter.within": ["all", "best_success"],
+    "filter.keep_ratio": ["1.0", "0.5", "0.25"], "train.ppo_epochs": ["1", "2"], "train.micro_batch_size": ["0", "3"],
+}
+
+
+RETURNS = [0, 1, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1]  # three groups of four, each with a success and a spread
+
+
+def test_random_combinations_of_the_knobs_train_or_are_refused_in_one_line():
+    """Combinations of every knob above drawn by a fixed seed until 48 load: the others are refused by load_config
+    with a ConfigError (one line naming the conflict), and each that loads trains two steps on a tiny policy with
+    finite metrics (the critic's explained variance is NaN by definition when the returns are constant), the first
+    updating the weights. Together the combinations that ran use every value of every knob."""
+    tokenizer = train_tokenizer(env_corpus(["bandit", "sokoban", "frozen_lake", "countdown"], 4), 400)
+    rng, ran, refused, updated = random.Random(0), [], 0, 0
+    while len(ran) < 48:
+        chosen = {key: rng.choice(values) for key, values in KNOBS.items()}
+        try:
+            cfg = load_config(None, CFG[1:] + [f"{k}={v}" for k, v in chosen.items()])
+        except ConfigError as error:
+            assert "\n" not in str(error) and str(error).split(":")[0].split()[0] in KNOBS, error
+            refused += 1
+            continue
+        model = tiny_model(tokenizer)
+        critic = build_critic(model).eval() if cfg.algo.advantage in ("gae", "bilevel_gae") else None
+        learner = Learner(Policy(model, tokenizer), critic, tiny_model(tokenizer) if cfg.algo.kl != "none" else None,
+                          torch.optim.AdamW(model.parameters(), lr=1e-3),
+                          torch.optim.AdamW(critic.parameters(), lr=1e-3) if critic is not None else None)
+        # step 1 as stage update plays it: the batch stage filter kept of the base's rollouts, here with returns
+        # set by hand (an untrained policy fails every episode alike, so nothing would be kept or learned), then a
+        # step of its own rollouts
+        played = collect(cfg, learner.policy, list(range(100, 110)), 0)
+        whole = [replace(t, env_return=float(r), penalty=0.0, success=bool(r)) for t, r in zip(played, RETURNS)]
+        filtered, scores, _ = select(cfg, whole)
+        first = train_step(cfg, learner, [], 0, first_batch=filtered, first_scores=scores.tolist(), first_rollout=whole)
+        updated += first["actor/skipped_steps"] == 0.0
+        metrics = train_step(cfg, learner, list(range(100, 110)), 1)
+        for step in (first, metrics):
+            assert all(math.isfinite(v) for k, v in step.items() if not k.startswith("critic/explained_var")), chosen
+        ran.append(chosen)
+    assert refused > 0 and updated == len(ran), (refused, updated)
+    assert all({c[key] for c in ran} == set(values) for key, values in KNOBS.items()), \
+        {key: set(values) - {c[key] for c in ran} for key, values in KNOBS.items()}
