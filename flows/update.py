@@ -190,9 +190,9 @@ def validate(cfg: Config, learner: Learner, val_seeds: dict[str, list[int]]) -> 
 
 def write_steps_csv(path: str, history: list[dict], envs: list[str], final_val: dict[str, float]) -> None:
     """One row per training step (its val_success the last in-loop evaluation's of `envs[0]`, train.env, carried
-    forward; a column `val_success/<env>` (OTHER_VAL) likewise for each other env of `envs`, train.val_envs), then a row at step
-    train.steps with the evaluations after the last update alone (`final_val`, by "val/<env>/success"), so the val
-    curves end where training did: without it a 10-step run's curve read the base's figure throughout."""
+    forward; a column `val_success/<env>` (OTHER_VAL) likewise for each other env of `envs`, train.val_envs), then
+    a row at step train.steps with the evaluations after the last update alone (`final_val`, by "val/<env>/success"),
+    so the val curves end where training did: without it a 10-step run's curve read the base's figure throughout."""
     columns = [f"val/{env}/success" for env in envs]  # history's keys, in the csv's val columns' order
     header = PLOT_KEYS + [OTHER_VAL + env for env in envs[1:]]
     last = {key: "" for key in columns}
