@@ -180,10 +180,11 @@ def variant_result(run: AblationRun, future: Any, params: str, address: str = ""
 def set_results(runs: Sequence[AblationRun], futures: Sequence[Any], params: str, address: str = ""
                 ) -> dict[str, dict[str, Any]]:
     """Each variant's summary (`variant_result`), in the set's order. A cluster whose workers died running some
-    variants (a nanny may close after its worker is killed a few times) leaves the rest waiting for a worker until
-    the scheduler's no-workers-timeout: that wait is the consequence, the deaths the cause. So when a variant's
-    error is the wait, the later variants are collected too (with no worker left, none of them is still running)
-    and the first whose workers died ends the set in its place."""
+    variants (and whose nannies closed: a LocalCluster closes one whose worker is not back within
+    `distributed.deploy.lost-worker-timeout`) leaves the rest waiting for a worker until the scheduler's
+    no-workers-timeout: that wait is the consequence, the deaths the cause. So when a variant's error is the wait,
+    the later variants are collected too (with no worker left, none of them is still running) and the first whose
+    workers died ends the set in its place."""
     results = {}
     for index, (run, future) in enumerate(zip(runs, futures)):
         try:

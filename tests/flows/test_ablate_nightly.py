@@ -433,17 +433,19 @@ def test_the_same_set_runs_on_a_dask_cluster_by_configuration_only(small):
 def test_a_variant_whose_dask_workers_die_for_memory_ends_the_set_with_one_line(small, capsys):
     """Workers with 600 MiB each, less than a variant's pipeline holds (torch and its model): each worker's nanny
     kills it at its memory limit, the scheduler gives up after a few (KilledWorker), and the set ends with its one
-    line naming the variant and what to lower, exit code 2, instead of a traceback. Where the nanny closed after some
-    deaths (CI, 2026-12-07) the variants left waited for a worker until the no-workers-timeout; the set still names
-    the deaths (`set_results`)."""
+    line naming the variant and what to lower, exit code 2, instead of a traceback."""
     pytest.importorskip("prefect_dask")
     import dask
     from distributed import LocalCluster
 
-    # no pause between 80% and 95% of the limit: a worker paused there for good ran nothing and was never killed;
-    # and a cluster left with no worker (a restart that failed under load) fails its tasks within two minutes: once
-    # this test hung CI that way, waiting on the variant's future with no worker process left
-    settings = {"distributed.worker.memory.pause": False, "distributed.scheduler.no-workers-timeout": "120s"}
+    # no pause between 80% and 95% of the limit: a worker paused there for good ran nothing and was never killed.
+    # A LocalCluster closes the nanny of a worker that is not registered again `lost-worker-timeout` (15 s) after it
+    # was removed; with the worker killed about every 5 s that check fell between a kill and the restart in two CI
+    # runs of 2026-12-07, leaving the cluster with no worker before any variant had died four times. And a cluster
+    # left with no worker fails its tasks within two minutes: once this test hung CI that way, waiting on the
+    # variant's future with no worker process left
+    settings = {"distributed.worker.memory.pause": False, "distributed.deploy.lost-worker-timeout": "1h",
+                "distributed.scheduler.no-workers-timeout": "120s"}
     with dask.config.set(settings), LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                                                  dashboard_address=None, memory_limit="600MiB") as cluster:
         code = main(["ablate", "tiny", "--runner", "dask", "--address", cluster.scheduler_address])
