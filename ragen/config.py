@@ -111,6 +111,10 @@ class RolloutConfig:
     top_k: int = 0  # keep the k most likely tokens; 0 = all
     enable_think: bool = True  # <think>...</think><answer>...</answer>; False: <answer> only
     format_penalty: float = -0.1  # added to the return for each turn that does not parse or names an invalid action
+    # episodes sampled together at most: a rollout or evaluation plays its episodes in passes of this many, each
+    # pass to its end, so the KV cache holds this many sequences (vLLM's max_num_seqs). 0: all at once, RAGEN's one
+    # batch. A limit changes which random draws each episode gets, not what the experiment plays
+    max_episodes_per_pass: int = 0
 
 
 @dataclass
@@ -434,7 +438,7 @@ AT_LEAST_ONE = ["model.vocab_size", "model.hidden_size", "model.num_layers", "mo
                 "train.group_size", "train.mini_batch_size", "train.ppo_epochs", "train.eval_every",
                 "train.eval_episodes", "train.checkpoint_every", "eval.episodes", "eval.samples"]
 NON_NEGATIVE = ["base.warmup_steps", "base.weight_decay", "train.weight_decay", "train.max_optimal_moves",
-                "train.micro_batch_size", "train.micro_batch_tokens",
+                "train.micro_batch_size", "train.micro_batch_tokens", "rollout.max_episodes_per_pass",
                 "critic.warmup_epochs", "critic.ppo_epochs", "algo.entropy_coef", "algo.kl_coef",
                 "algo.first_action_coef", "eval.temperature"]
 POSITIVE = ["base.lr", "train.lr", "critic.lr", "train.grad_clip", "critic.value_clip", "algo.clip_eps_high"]
@@ -444,6 +448,7 @@ BOUNDS = [(AT_LEAST_ONE, ">= 1", lambda x: x >= 1), (NON_NEGATIVE, ">= 0", lambd
 HINTS = {"eval.samples": "episodes per val or test instance", "train.max_optimal_moves": "0: no limit",
          "train.micro_batch_size": "0: the whole mini-batch in one pass",
          "train.micro_batch_tokens": "0: no limit on a pass's padded tokens",
+         "rollout.max_episodes_per_pass": "0: every episode of a rollout sampled at once",
          "critic.warmup_epochs": "0: the critic starts unwarmed, a zero value head",
          "critic.ppo_epochs": "0: as many as train.ppo_epochs",
          "algo.first_action_coef": "a negative one would pay for a template"}

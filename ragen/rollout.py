@@ -5,6 +5,7 @@ all responses in one batch, parse each, execute its valid actions in order until
 the env ends, add the format penalty (rollout.format_penalty, -0.1) when the response does not parse or names an
 invalid action, and drop finished episodes. Invalid actions are skipped, actions over the budget are dropped
 without penalty, and the next user message starts with "Reward:\\n{turn reward}" (the penalty is not shown).
+With rollout.max_episodes_per_pass the episodes play in passes of that many, each pass to its end, to bound memory.
 
 `respond(prompts, envs)` produces the turn's responses: the policy's sampler for rollouts, or a script (random
 valid actions, solver plans) for warm-start data, so demonstrations and rollouts share this one code path.
@@ -82,7 +83,19 @@ def policy_responder(policy: Policy, cfg: RolloutConfig, *, temperature: float |
 
 def run_episodes(specs: Sequence[EpisodeSpec], respond: Responder, renderer: ChatRenderer, cfg: RolloutConfig,
                  *, max_positions: int, potential: Potential | None = None) -> list[Trajectory]:
-    """Play every spec to its end; returns one Trajectory per spec, in order (each turn shaped by `potential`)."""
+    """Play every spec to its end; returns one Trajectory per spec, in order (each turn shaped by `potential`).
+
+    With `cfg.max_episodes_per_pass` k > 0 the specs play in passes of k consecutive ones, each pass to its end
+    before the next starts, so no `respond` call sees more than k episodes (its KV cache holds k sequences); the
+    passes draw from the responder's one random stream in turn."""
+    k = cfg.max_episodes_per_pass or max(len(specs), 1)
+    return [t for start in range(0, len(specs), k)
+            for t in _run_pass(specs[start : start + k], respond, renderer, cfg, max_positions, potential)]
+
+
+def _run_pass(specs: Sequence[EpisodeSpec], respond: Responder, renderer: ChatRenderer, cfg: RolloutConfig,
+              max_positions: int, potential: Potential | None) -> list[Trajectory]:
+    """Play `specs` together: one `respond` call a turn over the episodes still running."""
     episodes = []
     for spec in specs:
         env = make_env(spec.tag)

@@ -61,6 +61,7 @@ def write(tmp_path, text):
         ("critic:\n  ppo_epochs: -1\n", "critic.ppo_epochs must be >= 0"),
         ("train:\n  micro_batch_size: -4\n", r"train.micro_batch_size must be >= 0.*0: the whole mini-batch"),
         ("train:\n  micro_batch_tokens: -1\n", r"train.micro_batch_tokens must be >= 0.*0: no limit"),
+        ("rollout:\n  max_episodes_per_pass: -8\n", r"rollout.max_episodes_per_pass must be >= 0.*0: every episode"),
         ("critic:\n  warmup_epochs: -2\n", "critic.warmup_epochs must be >= 0"),
         ("algo:\n  reward_norm_grouping: group\n",
          "algo.reward_norm_grouping: 'group' is not one of state, inductive, batch"),

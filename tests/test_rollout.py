@@ -199,6 +199,41 @@ def test_policy_rollouts_are_deterministic_by_seed(tokenizer):
     assert set(stats) >= {"success_rate", "format_valid_rate", "return_mean", "response_tokens_mean"}
 
 
+def test_a_pass_limit_plays_the_episodes_pass_by_pass_each_to_its_end(tokenizer):
+    """rollout.max_episodes_per_pass k: no sampling call sees more than k episodes, the passes play one after the
+    other from one random stream (as if each were its own `run_episodes` call on one responder), and the
+    trajectories come back in the specs' order; a limit at or over the count is no limit."""
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                             intermediate_size=64, max_positions=2048, seed=0)
+    policy = Policy(model.eval(), tokenizer)
+    specs = [EpisodeSpec(tag, 30 + i, i // 2) for i, tag in enumerate(["sokoban", "sokoban", "frozen_lake",
+                                                                        "frozen_lake", "bandit"])]
+
+    def rollout(cfg, chunks):
+        respond, calls = policy_responder(policy, cfg, generator=torch.Generator().manual_seed(5)), []
+
+        def counting(prompts, envs):
+            calls.append(list(envs))  # held, so no later env takes one's id
+            return respond(prompts, envs)
+        played = [t for chunk in chunks for t in run_episodes(chunk, counting, policy.renderer(True), cfg,
+                                                               max_positions=2048)]
+        return played, calls
+
+    whole, whole_calls = rollout(RolloutConfig(max_new_tokens=12), [specs])
+    limited, calls = rollout(RolloutConfig(max_new_tokens=12, max_episodes_per_pass=2), [specs])
+    by_hand, _ = rollout(RolloutConfig(max_new_tokens=12), [specs[:2], specs[2:4], specs[4:]])
+    assert max(len(c) for c in whole_calls) == 5 and max(len(c) for c in calls) == 2
+    seen, starts = set(), 0
+    for before, call in zip([[], *calls], calls):  # a call goes on with the last one's episodes or starts a pass
+        ids = {id(env) for env in call}
+        assert ids <= {id(env) for env in before} or not ids & seen
+        seen, starts = seen | ids, starts + (not ids & seen)
+    assert starts == 3
+    assert [(t.tag, t.seed, t.group_id) for t in limited] == [(s.tag, s.seed, s.group_id) for s in specs]
+    assert limited == by_hand and limited != whole  # other random draws than one batch's
+    assert rollout(RolloutConfig(max_new_tokens=12, max_episodes_per_pass=5), [specs])[0] == whole
+
+
 def test_one_responder_serves_batch_after_batch(tokenizer):
     """`evaluate_policy` plays its passes through one responder, which tells a new batch by its envs' ids. An id
     names an object only while it lives: a new env can take a freed one's address, and the responder would then

@@ -16,7 +16,8 @@ def test_a_stage_records_its_own_keys_whole_sections_included_and_none_that_chan
     assert rollout["train.env"] == "sokoban" and rollout["rollout.temperature"] == 0.7
     assert {key for key in rollout if key.startswith("rollout.")} == {
         "rollout.max_turns", "rollout.max_actions_per_turn", "rollout.max_new_tokens", "rollout.temperature",
-        "rollout.top_p", "rollout.top_k", "rollout.enable_think", "rollout.format_penalty"}
+        "rollout.top_p", "rollout.top_k", "rollout.enable_think", "rollout.format_penalty",
+        "rollout.max_episodes_per_pass"}  # its passes draw other random numbers than one batch: it decides
     assert "train.steps" not in rollout and "train.lr" not in rollout and "algo.shaping" in rollout
     fit = own_settings("critic_fit", config())
     assert "train.mini_batch_size" in fit and "critic.warmup_epochs" in fit and "algo.lam" not in fit
@@ -39,6 +40,8 @@ def test_the_same_settings_pass_and_memory_placement_and_unrecorded_keys_may_dif
     check_input("in.parquet", record, config("train.micro_batch_size=2", "model.device=cpu", "train.lr=0.1",
                                              "train.steps=3", "algo.clip_eps_high=0.2"), "update", [])
     check_input("in.parquet", None, config("train.env=sokoban"), "update", [])  # no record: taken as it is
+    with pytest.raises(OtherSettings, match=r"rollout.max_episodes_per_pass=0 in stage rollout \(this run: 32\)"):
+        check_input("in.parquet", record, config("rollout.max_episodes_per_pass=32"), "update", [])
     for damaged in ([1, 2], {"rollout": 5}):
         with pytest.raises(StageFileError, match=r"in.parquet: its settings record is not a mapping of stage to "
                                                  r"settings; delete it and run `dvc repro`"):
