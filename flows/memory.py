@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import traceback
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Iterator
 
@@ -95,22 +96,33 @@ def micro_batch_hint(cfg: Config, stage: str) -> str:
             f"train.micro_batch_tokens bounds a pass's padded tokens instead)")
 
 
-def sampling_hint(count: int, what: str) -> str:
-    return f"{count} episodes sample at once ({what}; fewer change the experiment)"
+def sampling_hint(cfg: Config, count: int, what: str) -> str:
+    """`count` episodes sampled together (`what` sets the count) and rollout.max_episodes_per_pass, which samples them
+    in passes of at most that many: the same episodes with other random draws, so what samples runs anew."""
+    k, draws = cfg.rollout.max_episodes_per_pass, "other random draws, so what samples runs anew"
+    if 1 < k < count:
+        return (f"{count} episodes ({what}) sample in passes of rollout.max_episodes_per_pass={k}: "
+                f"rollout.max_episodes_per_pass={k // 2} holds half as many ({draws}); fewer episodes change the "
+                "experiment")
+    if k == 1 and count > 1:
+        return (f"{count} episodes ({what}) sample one at a time (rollout.max_episodes_per_pass=1): fewer or shorter "
+                "episodes change the experiment")
+    return (f"{count} episodes sample at once ({what}): rollout.max_episodes_per_pass={max(1, count // 4)} samples "
+            f"them in passes of that many ({draws}); fewer episodes change the experiment")
 
 
 def memory_hint(stage: str, cfg: Config) -> list[str]:
     """The settings that bound what `stage` holds at once, the one that changes memory only first."""
-    t = cfg.train
-    rollouts = sampling_hint(t.groups * t.group_size, f"train.groups={t.groups} x train.group_size={t.group_size}")
+    t, sampled = cfg.train, partial(sampling_hint, cfg)
+    rollouts = sampled(t.groups * t.group_size, f"train.groups={t.groups} x train.group_size={t.group_size}")
     hints = {
         "base": [f"base.batch_tokens={cfg.base.batch_tokens} tokens make a supervised step (fewer train another base)",
-                 sampling_hint(cfg.base.eval_episodes, f"base.eval_episodes={cfg.base.eval_episodes} per env")],
+                 sampled(cfg.base.eval_episodes, f"base.eval_episodes={cfg.base.eval_episodes} per env")],
         "rollout": [rollouts],
         "critic_fit": [micro_batch_hint(cfg, stage)],
         "update": [micro_batch_hint(cfg, stage), rollouts,
-                   sampling_hint(t.eval_episodes, f"train.eval_episodes={t.eval_episodes}, each val check")],
-        "evaluate": [sampling_hint(cfg.eval.episodes, f"eval.episodes={cfg.eval.episodes} per split")],
+                   sampled(t.eval_episodes, f"train.eval_episodes={t.eval_episodes}, each val check")],
+        "evaluate": [sampled(cfg.eval.episodes, f"eval.episodes={cfg.eval.episodes} per split")],
     }.get(stage, [])
     if cfg.model.dtype == "float32" and cfg.model.device != "cpu":
         hints.append("on CUDA, model.dtype=bf16-mixed (auto's choice there) computes in bfloat16 over float32 weights")

@@ -73,9 +73,24 @@ def test_the_setting_that_changes_memory_only_comes_first(tmp_path):
                          "the whole batch; it changes memory only, gradients accumulate exactly; update resumes from "
                          "its last checkpoint with another one; train.micro_batch_tokens bounds a pass's padded tokens "
                          "instead)")
-    assert update[1:] == ["128 episodes sample at once (train.groups=8 x train.group_size=16; fewer change the "
-                          "experiment)", "64 episodes sample at once (train.eval_episodes=64, each val check; fewer "
-                          "change the experiment)"]
+    assert update[1:] == ["128 episodes sample at once (train.groups=8 x train.group_size=16): "
+                          "rollout.max_episodes_per_pass=32 samples them in passes of that many (other random draws, "
+                          "so what samples runs anew); fewer episodes change the experiment",
+                          "64 episodes sample at once (train.eval_episodes=64, each val check): "
+                          "rollout.max_episodes_per_pass=16 samples them in passes of that many (other random draws, "
+                          "so what samples runs anew); fewer episodes change the experiment"]
+    assert memory_hint("update", config(tmp_path, "rollout.max_episodes_per_pass=32"))[1:] == [
+        "128 episodes (train.groups=8 x train.group_size=16) sample in passes of rollout.max_episodes_per_pass=32: "
+        "rollout.max_episodes_per_pass=16 holds half as many (other random draws, so what samples runs anew); fewer "
+        "episodes change the experiment",
+        "64 episodes (train.eval_episodes=64, each val check) sample in passes of rollout.max_episodes_per_pass=32: "
+        "rollout.max_episodes_per_pass=16 holds half as many (other random draws, so what samples runs anew); fewer "
+        "episodes change the experiment"]
+    assert memory_hint("rollout", config(tmp_path, "rollout.max_episodes_per_pass=1")) == [
+        "128 episodes (train.groups=8 x train.group_size=16) sample one at a time (rollout.max_episodes_per_pass=1): "
+        "fewer or shorter episodes change the experiment"]
+    assert memory_hint("rollout", config(tmp_path, "rollout.max_episodes_per_pass=128")) == memory_hint(
+        "rollout", config(tmp_path))  # a limit at or over the count samples them all at once
     halved = memory_hint("critic_fit", config(tmp_path, "train.micro_batch_size=6"))
     assert halved == ["train.micro_batch_size=3 runs scoring and the update in passes of 3 trajectories (now 6; it "
                       "changes memory only, gradients accumulate exactly; train.micro_batch_tokens bounds a pass's "
@@ -87,8 +102,9 @@ def test_the_setting_that_changes_memory_only_comes_first(tmp_path):
     assert memory_hint("critic_fit", config(tmp_path, "train.micro_batch_size=1"))[0].startswith(
         "train.micro_batch_size is 1 already (one trajectory a pass): shorter episodes (rollout.max_turns=5, "
         "rollout.max_new_tokens=48) change the experiment")
-    assert memory_hint("evaluate", config(tmp_path)) == ["256 episodes sample at once (eval.episodes=256 per split; "
-                                                         "fewer change the experiment)"]
+    assert memory_hint("evaluate", config(tmp_path)) == [
+        "256 episodes sample at once (eval.episodes=256 per split): rollout.max_episodes_per_pass=64 samples them in "
+        "passes of that many (other random draws, so what samples runs anew); fewer episodes change the experiment"]
     assert memory_hint("filter", config(tmp_path)) == []
     assert memory_hint("rollout", config(tmp_path, "model.dtype=float32", "model.device=cuda"))[-1] == (
         "on CUDA, model.dtype=bf16-mixed (auto's choice there) computes in bfloat16 over float32 weights")
@@ -109,7 +125,8 @@ def test_a_stage_killed_by_the_kernel_is_told_by_its_peak_and_the_settings(tmp_p
     assert line == ("killed by signal 9 (SIGKILL) at a peak of 21.0 GiB resident, 88% of the 24.0 GiB this machine "
                     "gives it; a SIGKILL no one sent is the kernel's out-of-memory killer (`dmesg` or `journalctl -k` "
                     "says so where you may read them); what it holds at once: 256 episodes sample at once "
-                    "(eval.episodes=256 per split; fewer change the experiment)")
+                    "(eval.episodes=256 per split): rollout.max_episodes_per_pass=64 samples them in passes of that "
+                    "many (other random draws, so what samples runs anew); fewer episodes change the experiment")
     assert killed_message("update", 3 * gib, 0, config(tmp_path)).startswith(
         "killed by signal 9 (SIGKILL) at a peak of 3.0 GiB resident; a SIGKILL no one sent")
     assert killed_message("update", 0, 0, None) == ("killed by signal 9 (SIGKILL); a SIGKILL no one sent is the kernel's "

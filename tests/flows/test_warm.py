@@ -134,8 +134,9 @@ def test_a_stage_killed_outright_ends_with_a_line_of_its_peak_memory_and_the_set
     assert last.startswith("evaluate: killed by signal 9 (SIGKILL) at a peak of ")
     peak = float(last.split("at a peak of ")[1].split(" GiB")[0])
     assert 0.3 <= peak < 8  # the 300 MiB it held (and the warm server's preloaded libraries), as the kernel counted
-    assert last.endswith("what it holds at once: 96 episodes sample at once (eval.episodes=96 per split; fewer "
-                         "change the experiment)")  # from the stage's own config and overrides
+    assert last.endswith("what it holds at once: 96 episodes sample at once (eval.episodes=96 per split): "
+                         "rollout.max_episodes_per_pass=24 samples them in passes of that many (other random draws, "
+                         "so what samples runs anew); fewer episodes change the experiment")  # its config and overrides
     (project / "params.yaml").write_text("no_such_section: {}\n")  # a config the stage would refuse
     done = run_client(project, env, "evaluate")
     assert done.returncode == 137
