@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import copy
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -41,7 +42,7 @@ from ragen.rollout import policy_responder, run_episodes
 from ragen.trajectory_io import read_trajectories, write_trajectories
 from ragen.warmstart import train_supervised
 
-CHUNK = 256  # episodes sampled in one batch
+CHUNK = 256  # episodes sampled in one batch at most (rollout.max_episodes_per_pass)
 
 
 def own_rollouts(cfg, policy: Policy, env: str, seeds: list[int], rollouts: int, cache: Path) -> list[Trajectory]:
@@ -50,11 +51,9 @@ def own_rollouts(cfg, policy: Policy, env: str, seeds: list[int], rollouts: int,
         return read_trajectories(cache)
     specs = [EpisodeSpec(env, seed, group) for group, seed in enumerate(seeds) for _ in range(rollouts)]
     generator = torch.Generator(policy.model.device).manual_seed(cfg.train.seed)
-    trajectories: list[Trajectory] = []
-    for start in range(0, len(specs), CHUNK):
-        trajectories += run_episodes(specs[start : start + CHUNK], policy_responder(policy, cfg.rollout, generator=generator),
-                                     policy.renderer(cfg.rollout.enable_think), cfg.rollout,
-                                     max_positions=policy.max_positions)
+    rollout = replace(cfg.rollout, max_episodes_per_pass=CHUNK)
+    trajectories = run_episodes(specs, policy_responder(policy, rollout, generator=generator),
+                                policy.renderer(rollout.enable_think), rollout, max_positions=policy.max_positions)
     cache.parent.mkdir(parents=True, exist_ok=True)
     write_trajectories(cache, trajectories)
     return trajectories
