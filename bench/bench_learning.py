@@ -78,7 +78,7 @@ from ragen.report import CURVES, read_steps_csv
 from ragen.rollout import run_episodes, summarize
 from ragen.train import step_specs
 from ragen.trajectory_io import instance_success_rates
-from ragen.warmstart import scripted_responder
+from ragen.warmstart import scripted_responder, scripted_settings
 
 
 WINDOWS = 6  # the train-pool rollout success curve is printed as this many window means
@@ -163,7 +163,7 @@ def random_success(cfg: Config, policy: Policy, envs_dir: str, env: str, split: 
                                  max_actions_per_turn=cfg.rollout.max_actions_per_turn,
                                  max_turns=cfg.rollout.max_turns, enable_think=cfg.rollout.enable_think)
     specs = [EpisodeSpec(env, s, i) for i, s in enumerate(seeds)]
-    trajectories = run_episodes(specs, respond, renderer, cfg.rollout,
+    trajectories = run_episodes(specs, respond, renderer, scripted_settings(cfg.rollout),
                                 max_positions=policy.max_positions)
     return summarize(trajectories)["success_rate"]
 

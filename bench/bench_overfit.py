@@ -55,7 +55,7 @@ from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import run_episodes
 from ragen.train import Learner, critic_batch, select, train_step
 from ragen.update import uses_critic
-from ragen.warmstart import scripted_responder
+from ragen.warmstart import scripted_responder, scripted_settings
 import ragen.train as train_module
 
 COMMON = ["train.lr=0.001", "train.mini_batch_size=32", "rollout.format_penalty=-1"]
@@ -117,7 +117,7 @@ def variant_config(name: str, env: str, instances: int, rollouts: int, overrides
 
 def solver_plays(cfg: Config, policy: Policy, pool: list[int]) -> list[Trajectory]:
     """One play of the solver per instance, through the rollout's own code path (stage base's sft demonstrations)."""
-    r = cfg.rollout
+    r = scripted_settings(cfg.rollout)
     responder = scripted_responder("sft", policy.tokenizer, policy.renderer(r.enable_think).prefix,
                                    max_actions_per_turn=r.max_actions_per_turn, max_turns=r.max_turns,
                                    enable_think=r.enable_think, seed=cfg.base.seed)

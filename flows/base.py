@@ -32,9 +32,26 @@ from ragen.policy.tokenizer import env_corpus, train_tokenizer
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import policy_responder, run_episodes, summarize
 from ragen.tracking import MlflowTracker
-from ragen.warmstart import scripted_responder, train_supervised
+from ragen.warmstart import scripted_responder, scripted_settings, train_supervised
 
 LOG_EVERY = 10
+
+
+def warm_data(cfg: Config, policy: Policy, envs_dir: Path) -> list[Trajectory]:
+    """The base's supervised conversations: `base.mode`'s script (warm: random valid actions; sft: the solver) on
+    each env's train instances."""
+    renderer, play = policy.renderer(cfg.rollout.enable_think), scripted_settings(cfg.rollout)
+    respond = scripted_responder(cfg.base.mode, policy.tokenizer, renderer.prefix, seed=cfg.base.seed,
+                                 max_actions_per_turn=cfg.rollout.max_actions_per_turn,
+                                 max_turns=cfg.rollout.max_turns, enable_think=cfg.rollout.enable_think)
+    data: list[Trajectory] = []
+    for tag in cfg.base.envs or cfg.envs.tags:
+        seeds = read_seeds(envs_dir, tag, "train")
+        # as many responses per env: single-turn envs (Bandit, Countdown) get max_turns x more conversations
+        count = cfg.base.episodes_per_env * cfg.rollout.max_turns // make_env(tag).turn_limit(cfg.rollout.max_turns)
+        specs = [EpisodeSpec(tag, seeds[i % len(seeds)], i) for i in range(count)]
+        data += run_episodes(specs, respond, renderer, play, max_positions=policy.max_positions)
+    return data
 
 
 @task(cache_policy=NO_CACHE)
@@ -46,17 +63,7 @@ def build_tiny(cfg: Config, envs_dir: Path, tracker: MlflowTracker) -> Policy:
     m = cfg.model
     model = build_tiny_model(tokenizer, **m.tiny_shape(), seed=m.seed)
     policy = Policy(model, tokenizer)
-    renderer = policy.renderer(cfg.rollout.enable_think)
-    respond = scripted_responder(cfg.base.mode, tokenizer, renderer.prefix, seed=cfg.base.seed,
-                                 max_actions_per_turn=cfg.rollout.max_actions_per_turn,
-                                 max_turns=cfg.rollout.max_turns, enable_think=cfg.rollout.enable_think)
-    data: list[Trajectory] = []
-    for tag in cfg.base.envs or cfg.envs.tags:
-        seeds = read_seeds(envs_dir, tag, "train")
-        # as many responses per env: single-turn envs (Bandit, Countdown) get max_turns x more conversations
-        count = cfg.base.episodes_per_env * cfg.rollout.max_turns // make_env(tag).turn_limit(cfg.rollout.max_turns)
-        specs = [EpisodeSpec(tag, seeds[i % len(seeds)], i) for i in range(count)]
-        data += run_episodes(specs, respond, renderer, cfg.rollout, max_positions=m.max_positions)
+    data = warm_data(cfg, policy, envs_dir)
     tracker.log_metrics({"base/parameters": count_parameters(model), "base/vocab_size": len(tokenizer),
                          "base/sft_sequences": len(data),
                          "base/sft_tokens_mean": sum(len(t.token_ids) for t in data) / len(data),
@@ -100,7 +107,7 @@ def evaluate_base(cfg: Config, policy: Policy, envs_dir: Path) -> tuple[dict[str
                                                          max_actions_per_turn=cfg.rollout.max_actions_per_turn,
                                                          max_turns=cfg.rollout.max_turns,
                                                          enable_think=cfg.rollout.enable_think),
-                               renderer, cfg.rollout, max_positions=policy.max_positions)
+                               renderer, scripted_settings(cfg.rollout), max_positions=policy.max_positions)
         results[tag] = {**summarize(trajectories), "random_success_rate": summarize(randoms)["success_rate"]}
         samples += [{"tag": tag, "seed": t.seed, "success": t.success, "return": t.traj_return,
                      "transcript": policy.tokenizer.decode(t.token_ids[t.system_len:])} for t in trajectories[:2]]

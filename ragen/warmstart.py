@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import torch
@@ -29,6 +30,7 @@ from ragen.envs.frozen_lake import FrozenLakeEnv
 from ragen.envs.sokoban import SokobanEnv
 from ragen.envs.solvers import bandit_optimal_arm, countdown_solve, frozen_lake_turn_actions, sokoban_plan
 from ragen.batching import build_batch
+from ragen.config import RolloutConfig
 from ragen.policy.sampling import Sample
 from ragen.policy.scoring import shareable_prefix, token_logprobs
 from ragen.policy.tokenizer import example_response, random_action, thought_kind
@@ -69,6 +71,13 @@ def expert_actions(env: TextEnv, rng: random.Random, max_per_turn: int, turns_le
 
 CHOOSERS: dict[str, Callable[[TextEnv, random.Random, int, int], list[str]]] = {
     "warm": random_actions, "sft": expert_actions}
+
+
+def scripted_settings(rollout: RolloutConfig) -> RolloutConfig:
+    """The rollout settings a script plays with: every episode in one pass, whatever rollout.max_episodes_per_pass
+    says. A script holds no KV cache, and it draws its actions from one random stream turn by turn across its
+    batch, so passes would hand each episode other actions (another warm base, another random baseline)."""
+    return replace(rollout, max_episodes_per_pass=0)
 
 
 def scripted_responder(mode: str, tokenizer: PreTrainedTokenizerBase, prefix: str, *, max_actions_per_turn: int,

@@ -66,6 +66,20 @@ def test_same_params_same_base_model(with_envs):
     assert all(torch.equal(first[k], second[k]) for k in first)
 
 
+def test_the_warm_data_and_random_baseline_do_not_depend_on_the_sampling_passes(with_envs):
+    """A script draws its actions from one stream turn by turn across its batch, and holds no KV cache: it plays in
+    one pass whatever rollout.max_episodes_per_pass says, so the base's weights and its random baseline stay."""
+    project = with_envs
+    base(params=str(project / "params.yaml"), overrides=SMALL)
+    first = load_policy(project / "models/base", device="cpu").model.state_dict()
+    whole = json.loads((project / "metrics/base.json").read_text())
+    base(params=str(project / "params.yaml"), overrides=[*SMALL, "rollout.max_episodes_per_pass=2"])
+    second = load_policy(project / "models/base", device="cpu").model.state_dict()
+    passes = json.loads((project / "metrics/base.json").read_text())
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    assert [m["random_success_rate"] for m in passes.values()] == [m["random_success_rate"] for m in whole.values()]
+
+
 def test_grid_tokens_cells_reaches_the_saved_tokenizer(with_envs):
     project = with_envs
     base(params=str(project / "params.yaml"), overrides=[*SMALL, "model.grid_tokens=cells"])
