@@ -48,6 +48,7 @@ def test_an_update_checkpoint_resumes_with_other_micro_batch_limits_and_nothing_
     assert digest("train.micro_batch_size=1") == first == digest("train.micro_batch_size=4")
     assert digest("train.micro_batch_tokens=2048") == first
     assert digest("train.mini_batch_size=16") != first and digest("train.lr=0.002") != first
+    assert digest("rollout.max_episodes_per_pass=32") != first  # passes of episodes sample other draws
     (tmp_path / "base" / "model.safetensors").write_bytes(b"trained again")
     assert digest() != first
 
@@ -68,3 +69,4 @@ def test_a_finished_variant_is_skipped_under_other_micro_batch_limits(tmp_path):
     first = digest()
     assert digest("train.micro_batch_size=4", "train.micro_batch_tokens=8192") == first
     assert digest("train.steps=20") != first and digest("algo.gamma=0.99") != first
+    assert digest("rollout.max_episodes_per_pass=32") != first
