@@ -240,7 +240,7 @@ def test_a_shaped_step_pays_each_turn_its_potential_gain(tokenizer):
     assert all(v == v for k, v in metrics.items() if k.startswith(("actor/", "critic/")))  # finite, not NaN
 
 
-KNOBS = {  # every value of the update's algorithm, filter and optimiser knobs (ragen.config's choices, a few numbers)
+KNOBS = {  # every value of the update's algorithm, filter, optimiser and sampling knobs (config choices, a few numbers)
     "train.env": ["bandit", "sokoban", "frozen_lake", "countdown"],
     "algo.advantage": ["gae", "bilevel_gae", "grpo", "rft"], "algo.grpo_by_std": ["true", "false"],
     "algo.gamma": ["1.0", "0.9"], "algo.lam": ["1.0", "0.95"],
@@ -253,6 +253,7 @@ KNOBS = {  # every value of the update's algorithm, filter and optimiser knobs (
     "algo.first_action_bonus": ["none", "entropy", "mi"], "algo.shaping": ["none", "solver"],
     "filter.mode": ["std", "std_rev", "nonzero"], "filter.within": ["all", "best_success"],
     "filter.keep_ratio": ["1.0", "0.5", "0.25"], "train.ppo_epochs": ["1", "2"], "train.micro_batch_size": ["0", "3"],
+    "rollout.max_episodes_per_pass": ["0", "5"],
 }
 
 
