@@ -69,7 +69,8 @@ def run_child(limit: int, args: argparse.Namespace) -> dict[str, float] | str:
                           capture_output=True, text=True)
     if done.returncode != 0:
         print(f"# limit {limit}: exit code {done.returncode}: {done.stderr.strip()[-300:]}", file=sys.stderr)
-        return f"killed by signal {-done.returncode}" if done.returncode < 0 else f"failed (exit code {done.returncode})"
+        return (f"killed by signal {-done.returncode}" if done.returncode < 0
+                else f"failed (exit code {done.returncode})")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
