@@ -19,20 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from bench_sampling import load_or_build  # same folder
+from bench_micro_batch import rss_gib  # same folder
+from bench_sampling import load_or_build
 from ragen.config import RolloutConfig
 from ragen.evaluation import evaluate_policy
-
-
-def rss_mib() -> float:
-    """This process's peak resident memory so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
 
 
 def kv_bytes_per_token(model) -> int:
@@ -47,17 +42,16 @@ def measure(model: str, env: str, episodes: int, turns: int, limit: int) -> dict
     """One evaluation of `episodes` episodes in passes of at most `limit` (0: one pass), in this process."""
     policy, source = load_or_build(model)
     cfg = RolloutConfig(max_turns=turns, max_episodes_per_pass=limit)
-    before = rss_mib()
+    before = rss_gib() * 1024
     start = time.perf_counter()
     summary, trajectories = evaluate_policy(policy, env, list(range(10_000, 10_000 + episodes)), cfg,
                                             temperature=0.5, seed=0)
     seconds = time.perf_counter() - start
-    pass_size = limit or episodes
-    longest_pass = max(max(len(t.token_ids) for t in trajectories[s : s + pass_size])
-                       for s in range(0, episodes, pass_size))
-    return {"source": source, "seconds": seconds, "rss_before_mib": before, "rss_peak_mib": rss_mib(),
+    pass_size, lengths = limit or episodes, [len(t.token_ids) for t in trajectories]  # one episode per seed
+    longest_pass = max(max(lengths[s : s + pass_size]) for s in range(0, episodes, pass_size))
+    return {"source": source, "seconds": seconds, "rss_before_mib": before, "rss_peak_mib": rss_gib() * 1024,
             "passes": -(-episodes // pass_size), "kv_mib": min(pass_size, episodes) * longest_pass
-            * kv_bytes_per_token(policy.model) / 2**20, "longest": max(len(t.token_ids) for t in trajectories),
+            * kv_bytes_per_token(policy.model) / 2**20, "longest": max(lengths),
             "tokens": sum(len(turn.response_ids) for t in trajectories for turn in t.turns),
             "success": summary["success_rate"], "success_se": summary["success_se"]}
 
