@@ -19,10 +19,12 @@ import json
 import math
 import os
 import shutil
+import socket
 import statistics
 import time
 from pathlib import Path
 from typing import Any, Sequence
+from urllib.parse import urlsplit
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
@@ -212,8 +214,6 @@ def check_dask_scheduler(address: str, timeout_s: float = 10.0) -> int:
     """The number of workers of the Dask scheduler at `address`; an `AblationError` naming the address when it is
     malformed or names an unknown host, or when no scheduler answers there within `timeout_s` (before, the set's
     flow started and ended 30 s later in distributed's connection traceback)."""
-    import socket
-
     from distributed import Client
     from distributed.comm import resolve_address
 
@@ -232,9 +232,45 @@ def check_dask_scheduler(address: str, timeout_s: float = 10.0) -> int:
                             f"folder) or give its address ({where})") from None
 
 
+RAY_KEYWORDS = ("auto", "local")  # ray.init's own: the cluster this machine runs, or a new one here
+
+
+def check_ray_address(address: str, timeout_s: float = 10.0) -> None:
+    """An `AblationError` naming `address` when it is neither one of Ray's keywords (`RAY_KEYWORDS`) nor
+    `ray://host:port` (a Ray Client server, 10001 by default) or `host:port` (the head's GCS, 6379 by default), when
+    its host is unknown, or when nothing accepts a connection there within `timeout_s` (before, nothing looked at
+    the address until ray.init, once the set's flow had started). A port that accepts is not proof of a Ray head."""
+    if address in RAY_KEYWORDS:
+        return
+    where = ("`--address ray://host:10001` (Ray Client) or `host:6379` (the head's GCS), or runner.address in "
+             "ablations.yaml")
+    client = address.startswith("ray://")
+    try:
+        parts = urlsplit(address if client else f"ray://{address}")
+        host, port = parts.hostname, parts.port
+    except ValueError as error:
+        raise AblationError(f"runner.address {address}: {error}; give a Ray address as {where}") from None
+    if not host or port is None or parts.path or parts.query or parts.fragment:
+        raise AblationError(f"runner.address {address}: not host:port; give a Ray address as {where}")
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise AblationError(f"runner.address {address}: unknown host {host} ({error.strerror}); give a Ray address "
+                            f"as {where}") from None
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as error:
+        what = "Ray Client server" if client else "Ray head"
+        raise AblationError(f"runner.address {address}: no {what} accepted a connection there within {timeout_s:g} s "
+                            f"({error.strerror or error}); start one (`ray start --head`, then `ray start --address "
+                            f"<head>:6379` in this project folder on each worker machine) or give its address as "
+                            f"{where}") from None
+
+
 def task_runner(spec: RunnerSpec, params: str = "params.yaml"):
     """Prefect task runner for the spec: threads here (`workers_here` at once), or an existing Dask / Ray cluster
-    (a Dask scheduler must answer at its address: `check_dask_scheduler`)."""
+    (a Dask scheduler must answer at its address, `check_dask_scheduler`; something must accept a connection at a
+    Ray address, `check_ray_address`)."""
     if spec.kind == "threads":
         from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -249,6 +285,7 @@ def task_runner(spec: RunnerSpec, params: str = "params.yaml"):
             return DaskTaskRunner(address=spec.address)
         from prefect_ray import RayTaskRunner
 
+        check_ray_address(spec.address)
         return RayTaskRunner(address=spec.address)
     except ImportError:
         raise AblationError(f"runner.kind {spec.kind} needs prefect-{spec.kind}: pip install -e '.[{spec.kind}]'"

@@ -247,6 +247,46 @@ def test_no_dask_scheduler_at_the_address_is_named_within_the_timeout():
     assert time.monotonic() - start < 10
 
 
+RAY_WHERE = ("give a Ray address as `--address ray://host:10001` (Ray Client) or `host:6379` (the head's GCS), or "
+             "runner.address in ablations.yaml")
+
+
+@pytest.mark.parametrize("address, said", [
+    ("ray://head", "not host:port"),
+    ("tcp://head:8786", "not host:port"),  # a Dask address given to Ray
+    ("head:6379/x", "not host:port"),
+    ("head:port", "Port could not be cast to integer value as 'port'"),
+    ("head:70000", "Port out of range 0-65535"),
+])
+def test_a_malformed_ray_address_is_named_with_the_forms_ray_takes(address, said):
+    """Checked without prefect-ray (not installed here): before, nothing looked at a Ray address until ray.init."""
+    from flows.ablate import check_ray_address
+
+    with pytest.raises(AblationError) as raised:
+        check_ray_address(address, timeout_s=0.5)
+    assert str(raised.value) == f"runner.address {address}: {said}; {RAY_WHERE}"
+
+
+@pytest.mark.parametrize("scheme, what", [("ray://", "Ray Client server"), ("", "Ray head")])
+def test_a_ray_address_where_nothing_listens_is_named_and_one_that_accepts_passes(scheme, what):
+    from flows.ablate import check_ray_address
+
+    with socket.socket() as sock:  # a free port, closed again: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        closed = f"{scheme}127.0.0.1:{sock.getsockname()[1]}"
+    with pytest.raises(AblationError) as raised:
+        check_ray_address(closed, timeout_s=0.5)
+    assert str(raised.value) == (f"runner.address {closed}: no {what} accepted a connection there within 0.5 s "
+                                 f"(Connection refused); start one (`ray start --head`, then `ray start --address "
+                                 f"<head>:6379` in this project folder on each worker machine) or give its address as "
+                                 f"{RAY_WHERE.removeprefix('give a Ray address as ')}")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        assert check_ray_address(f"{scheme}127.0.0.1:{sock.getsockname()[1]}", timeout_s=0.5) is None
+    assert check_ray_address("auto") is None and check_ray_address("local") is None  # ray.init's own keywords
+
+
 def test_a_set_on_a_dask_cluster_without_workers_ends_at_the_schedulers_timeout(prefect_harness, project, capsys):
     """A cluster with no worker: the set says so and waits (Dask's default: workers may come back); with the
     scheduler's no-workers-timeout set, the set ends at it with one line instead of waiting forever."""
