@@ -117,19 +117,24 @@ def measure(micro: int, budget: int, rows: int, tokens: int, layers: int, vocab:
                                      "critic/grad_norm")}}
 
 
-def run_child(micro: int, budget: int, args: argparse.Namespace) -> dict[str, float] | str:
-    """`measure` in a fresh process, or why it did not finish (killed by the kernel for memory, say)."""
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(micro), str(budget),
-                           "--rows", str(args.rows), "--tokens", str(args.tokens), "--shortest", str(args.shortest),
-                           "--layers", str(args.layers), "--vocab", str(args.vocab), "--shape", args.shape,
-                           "--device", args.device, "--dtype", args.dtype],
-                          capture_output=True, text=True)
+def child_result(argv: list[str], label: str) -> dict[str, float] | str:
+    """The json object a script prints last, run with `argv` in a fresh Python process (so its peak memory is its
+    own), or why it did not finish (killed by the kernel for memory, say); a failure's stderr tail goes to ours,
+    after `label`. bench_sampling_memory's children run through it too."""
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True)
     if done.returncode != 0:
-        print(f"# micro {micro}, budget {budget}: exit code {done.returncode}: {done.stderr.strip()[-300:]}",
-              file=sys.stderr)
+        print(f"# {label}: exit code {done.returncode}: {done.stderr.strip()[-300:]}", file=sys.stderr)
         return (f"killed by signal {-done.returncode}" if done.returncode < 0
                 else f"failed (exit code {done.returncode})")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_child(micro: int, budget: int, args: argparse.Namespace) -> dict[str, float] | str:
+    """`measure` in a fresh process (`child_result`)."""
+    return child_result([str(Path(__file__).resolve()), "--child", str(micro), str(budget), "--rows", str(args.rows),
+                         "--tokens", str(args.tokens), "--shortest", str(args.shortest), "--layers", str(args.layers),
+                         "--vocab", str(args.vocab), "--shape", args.shape, "--device", args.device,
+                         "--dtype", args.dtype], f"micro {micro}, budget {budget}")
 
 
 def main(argv: list[str] | None = None) -> int:

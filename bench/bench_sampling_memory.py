@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from bench_micro_batch import rss_gib  # same folder
+from bench_micro_batch import child_result, rss_gib  # same folder
 from bench_sampling import load_or_build
 from ragen.config import RolloutConfig
 from ragen.evaluation import evaluate_policy
@@ -57,15 +55,9 @@ def measure(model: str, env: str, episodes: int, turns: int, limit: int) -> dict
 
 
 def run_child(limit: int, args: argparse.Namespace) -> dict[str, float] | str:
-    """`measure` in a fresh process, or why it did not finish (killed by the kernel for memory, say)."""
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(limit), "--model", args.model,
-                           "--env", args.env, "--episodes", str(args.episodes), "--turns", str(args.turns)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        print(f"# limit {limit}: exit code {done.returncode}: {done.stderr.strip()[-300:]}", file=sys.stderr)
-        return (f"killed by signal {-done.returncode}" if done.returncode < 0
-                else f"failed (exit code {done.returncode})")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """`measure` in a fresh process (`child_result`)."""
+    return child_result([str(Path(__file__).resolve()), "--child", str(limit), "--model", args.model, "--env", args.env,
+                         "--episodes", str(args.episodes), "--turns", str(args.turns)], f"limit {limit}")
 
 
 def main(argv: list[str] | None = None) -> int:
