@@ -33,6 +33,16 @@ def test_group_size_variants_keep_the_batch_fixed(committed):
     assert len({t.group_size for t in sizes.values()}) == 3
 
 
+def test_the_generalisation_set_validates_on_the_envs_stage_evaluate_tests(committed):
+    """ablations.yaml writes the paper's generalisation envs out again (a set is overrides); they must stay
+    flows/evaluate.py's, or the set's in-loop val curves would be of other envs than its evaluation."""
+    from flows.evaluate import GENERALISATION
+    from ragen.config import load_config
+
+    trains = [load_config(PARAMS, list(r.overrides)).train for r in expand_set(committed, "generalisation").runs]
+    assert {t.env: list(t.val_envs) for t in trains} == GENERALISATION
+
+
 @pytest.mark.parametrize("data,needle", [
     ({"s": {"variants": {"a": ["algo.clip_hi=0.3"]}}}, "unknown key 'algo.clip_hi'"),
     ({"s": {"variants": {"a": ["preset=starpo_x"]}}}, "unknown preset 'starpo_x'"),
