@@ -12,7 +12,7 @@ import argparse
 import sys
 
 import flows  # noqa: F401  (keeps Prefect's state inside the project)
-from flows.common import InUse, quiet_flow_failures
+from flows.common import InUse, quiet_flow_failures, stage_input_errors
 from flows.server import prefect_api
 from ragen import cli as library_cli
 from ragen.ablation import AblationError, expand_set, read_ablations, runner_spec
@@ -114,6 +114,13 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     return 0
 
 
+def model_input_error(error: BaseException) -> bool:
+    """Whether `error` is a stage's refusal of its model input (a model path, `model.device`, a checkpoint: the rest of
+    `stage_input_errors`), raised by a stage inside an ablation variant or a nightly entry: before, their traceback.
+    Only where the model code is loaded, so that `ragen report` and `--dry-run` do not import transformers (4 s)."""
+    return "ragen.policy.model" in sys.modules and isinstance(error, stage_input_errors())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
@@ -126,9 +133,14 @@ def main(argv: list[str] | None = None) -> int:
         return library_cli.main(argv)
     errors = (AblationError, ConfigError, InUse, NightlySpecError, FileNotFoundError, StageFileError, TrackingError)
     try:
-        with quiet_flow_failures(errors):  # Prefect's line for a flow run failed so, without its traceback
+        with quiet_flow_failures(errors, also=model_input_error):  # Prefect's line for a failed flow run, no traceback
             return commands[args.command](args)
     except errors as error:
+        print(f"ragen {args.command}: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:
+        if not model_input_error(error):
+            raise
         print(f"ragen {args.command}: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -43,9 +43,19 @@ class ModelLoadError(RuntimeError):
 
 
 def pick_device(device: str = "auto") -> torch.device:
+    """`model.device` on this machine: auto is CUDA when torch sees a GPU, else the CPU. `cuda` where torch sees
+    none is a `ModelLoadError` naming why (a CPU-only build of torch, or no GPU visible) and the fix; before, the
+    first `.to()` failed in torch's AssertionError traceback."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    picked = torch.device(device)
+    if picked.type == "cuda" and not torch.cuda.is_available():
+        why = (f"this torch ({torch.__version__}) is a CPU-only build" if torch.version.cuda is None
+               else f"this torch ({torch.__version__}, CUDA {torch.version.cuda}) sees no GPU (CUDA_VISIBLE_DEVICES, "
+                    "the driver)")
+        raise ModelLoadError(f"model.device={device}: {why}; set model.device=auto (a GPU where torch sees one) or "
+                             "cpu, or run on a machine with a GPU and a CUDA build of torch")
+    return picked
 
 
 COMPUTE_DTYPE = "ragen_compute_dtype"  # a model's attribute: the dtype its forward passes run in (`computing`)

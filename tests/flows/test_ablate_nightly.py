@@ -217,6 +217,31 @@ def test_a_malformed_dask_address_ends_the_set_before_it_starts(prefect_harness,
     assert not (project / "ablations").exists() and not (project / "mlruns").exists()
 
 
+def test_cuda_where_torch_sees_no_gpu_ends_the_set_before_it_starts(prefect_harness, project, capsys, monkeypatch):
+    """The thread pool's size reads `model.device` before the flow (`workers_here`). Before: CUDA without a check, and
+    each variant ended in torch's AssertionError traceback when its first stage moved the model there."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # so on a GPU machine too
+    write_params(project, "model.device=cuda", small=SMALL)
+    (project / "ablations.yaml").write_text(ABLATIONS)
+    assert main(["ablate", "tiny"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ragen ablate: model.device=cuda: this torch (") and err.count("\n") == 1
+    assert not (project / "ablations").exists()
+
+
+def test_a_stage_refusing_its_model_inside_a_set_or_nightly_is_one_line():
+    """`model_input_error`: a stage's ModelLoadError or CheckpointError inside `ragen ablate` / `ragen nightly` ends
+    in the CLI's one line (before: the traceback); other errors keep theirs."""
+    from flows.cli import model_input_error
+    from ragen.checkpoint import CheckpointError
+    from ragen.policy.model import ModelLoadError
+
+    assert model_input_error(ModelLoadError("model.device=cuda: ...")) and model_input_error(CheckpointError("x"))
+    assert not model_input_error(RuntimeError("a bug")) and not model_input_error(KeyError("k"))
+
+
 def test_a_runner_whose_package_is_missing_names_the_install(prefect_harness, project, capsys):
     """Before: SystemExit's message, exit code 1, naming a package without the project's pinned extra."""
     try:

@@ -84,6 +84,29 @@ def test_a_model_path_it_cannot_use_ends_with_the_path(prefect_harness, project,
     assert not (project / "models").exists()
 
 
+def test_cuda_where_torch_sees_no_gpu_ends_with_the_fix(prefect_harness, project, monkeypatch, capsys):
+    """`model.device=cuda` on a machine without one (our pinned torch is a CPU build): before, torch's AssertionError
+    traceback from the first `.to()`, after the flow had started."""
+    import torch
+
+    from ragen.policy.model import build_tiny_model, save_model
+    from ragen.policy.tokenizer import env_corpus, train_tokenizer
+
+    (project / "params.yaml").write_text("envs:\n  tags: [bandit]\n  train_size: 4\n  val_size: 2\n  test_size: 2\n")
+    envgen(params=str(project / "params.yaml"))
+    tokenizer = train_tokenizer(env_corpus(["bandit"], episodes_per_env=4, seed=0), vocab_size=300)
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                             intermediate_size=64, max_positions=256, seed=0)
+    save_model(model, project / "ckpt", tokenizer=tokenizer)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # so on a GPU machine too
+    assert run(base, monkeypatch, "model.source=hf", f"model.path={project / 'ckpt'}", "model.device=cuda") == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("base: model.device=cuda: this torch (")
+    assert last.endswith("set model.device=auto (a GPU where torch sees one) or cpu, or run on a machine with a GPU "
+                         "and a CUDA build of torch")
+    assert not (project / "models").exists()
+
+
 def test_a_tracking_store_it_cannot_use_ends_with_the_uri(prefect_harness, project, monkeypatch, capsys):
     """Before: TrackingError's traceback (a server that does not answer), or MLflow's (a store it cannot open)."""
     (project / "params.yaml").write_text("envs:\n  tags: [bandit]\n  train_size: 4\n  val_size: 2\n  test_size: 2\n")

@@ -10,7 +10,7 @@ from ragen.fileio import StageFileError
 from ragen.policy import Policy, load_policy
 from ragen.model_meta import read_meta
 from ragen.policy.model import (ModelLoadError, build_critic, computing, load_causal_lm, load_critic, pick_attn,
-                                pick_precision, read_chat_template, save_model)
+                                pick_device, pick_precision, read_chat_template, save_model)
 from ragen.policy.sampling import left_pad
 from ragen.policy.scoring import score_sequences, token_logprobs, token_values
 from ragen.prompting import SYSTEM_PROMPT
@@ -337,6 +337,21 @@ def test_a_tokenizer_without_a_chat_template_is_named(hf_dir, tmp_path):
     with pytest.raises(ModelLoadError, match=r"ckpt: the tokenizer has no chat template; use an instruct \(chat\) "
                                              r"checkpoint, or set model.chat_template to a Jinja template file"):
         load_causal_lm(ckpt, device="cpu")
+
+
+@pytest.mark.parametrize("build, why", [
+    (None, "this torch (2.13.0+cpu) is a CPU-only build"),
+    ("12.8", "this torch (2.13.0+cpu, CUDA 12.8) sees no GPU (CUDA_VISIBLE_DEVICES, the driver)"),
+])
+def test_cuda_where_torch_sees_none_is_named_with_the_fix(monkeypatch, build, why):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch, "__version__", "2.13.0+cpu")
+    monkeypatch.setattr(torch.version, "cuda", build)
+    assert pick_device("auto") == torch.device("cpu") and pick_device("cpu") == torch.device("cpu")
+    with pytest.raises(ModelLoadError) as raised:
+        pick_device("cuda")
+    assert str(raised.value) == (f"model.device=cuda: {why}; set model.device=auto (a GPU where torch sees one) or "
+                                 "cpu, or run on a machine with a GPU and a CUDA build of torch")
 
 
 def test_precision_of_each_model_dtype():
