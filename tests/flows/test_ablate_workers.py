@@ -10,9 +10,17 @@ from flows.ablate import NoWorkerLeft, set_results, task_runner, workers_here
 from ragen.ablation import AblationError, AblationRun, RunnerSpec
 
 
-def test_the_pool_follows_the_device_the_params_resolve_to(tmp_path):
+def test_the_pool_follows_the_device_the_params_resolve_to(tmp_path, monkeypatch):
+    import torch
+
+    from ragen.policy.model import ModelLoadError
+
     params = tmp_path / "params.yaml"
-    params.write_text("model:\n  device: cuda\n")  # resolved without a GPU present: nothing is loaded
+    params.write_text("model:\n  device: cuda\n")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ModelLoadError, match=r"^model.device=cuda: this torch \("):  # the variants run here
+        workers_here(RunnerSpec(), str(params))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine: nothing is loaded
     assert workers_here(RunnerSpec(), str(params)) == 1
     assert task_runner(RunnerSpec(), str(params))._max_workers == 1
     assert workers_here(RunnerSpec(workers=4), str(params)) == 4
