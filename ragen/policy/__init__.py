@@ -12,7 +12,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ragen.policy.chat import ChatRenderer
 from ragen.policy.fingerprint import changes
 from ragen.model_meta import read_meta
-from ragen.policy.model import ModelLoadError, load_causal_lm
+from ragen.policy.model import ModelLoadError, load_causal_lm, pick_device, stage_output_error
 from ragen.policy.sampling import Sample, TokenTexts, sample
 from ragen.policy.scoring import exact_context
 from ragen.prompting import forced_prefix
@@ -60,7 +60,8 @@ def load_policy(path: str | Path, *, device: str = "auto", dtype: str = "auto", 
     the chat template stage base recorded there (`model.chat_template`; a trained policy's tokenizer keeps it).
 
     An hf checkpoint whose files changed since stage base recorded them (`ragen.policy.fingerprint`) is refused:
-    the stage would otherwise use other weights than the stages before it, with DVC none the wiser.
+    the stage would otherwise use other weights than the stages before it, with DVC none the wiser. A directory of
+    weights that is missing or does not load is named with the pipeline's fix (`stage_output_error`).
     """
     meta = read_meta(path)
     if meta.get("source") == "hf":
@@ -72,7 +73,11 @@ def load_policy(path: str | Path, *, device: str = "auto", dtype: str = "auto", 
                 "base`, then `make run`)")
         return Policy.from_dir(meta["path"], chat_template=meta.get("chat_template", ""), device=device, dtype=dtype,
                                attn=attn)
-    return Policy.from_dir(path, device=device, dtype=dtype, attn=attn)
+    pick_device(device)  # a device this machine lacks is not the directory's fault
+    try:
+        return Policy.from_dir(path, device=device, dtype=dtype, attn=attn)
+    except ModelLoadError as error:
+        raise stage_output_error(path, error) from None
 
 
 __all__ = ["Policy", "Sample", "load_policy"]

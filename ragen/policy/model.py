@@ -291,10 +291,25 @@ def value_head(critic: PreTrainedModel) -> torch.nn.Module:
     return head if isinstance(head, torch.nn.Module) else critic.classifier
 
 
+def stage_output_error(path: str | Path, error: ModelLoadError) -> ModelLoadError:
+    """`error` from loading a model directory that a stage wrote (models/base, models/policy, a critic), with the
+    pipeline's fix instead of a model path's: build it, or rebuild it. Before, a missing models/policy read "model
+    path models/policy does not exist; set model.path to a local checkpoint directory", and damaged weights named no
+    fix at all."""
+    if not Path(path).exists():
+        return ModelLoadError(f"{path} does not exist; the pipeline's stages write it: run `dvc repro` (or, by hand, "
+                              "the stages before this one)")
+    return ModelLoadError(f"{error}; delete {path} and run `dvc repro` to rebuild it")
+
+
 def load_critic(path: str | Path, *, device: str = "auto", dtype: str = "auto", attn: str = "auto") -> PreTrainedModel:
-    path = _check_dir(path)
-    torch_device = pick_device(device)
+    """A critic saved by a stage (`stage_output_error` when it does not load)."""
+    torch_device = pick_device(device)  # a device this machine lacks is not the directory's fault
     param_dtype, compute_dtype = pick_precision(torch_device, dtype)
+    try:
+        path = _check_dir(path)
+    except ModelLoadError as error:
+        raise stage_output_error(path, error) from None
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
         register_critic_class(config)
@@ -303,7 +318,7 @@ def load_critic(path: str | Path, *, device: str = "auto", dtype: str = "auto", 
             path, config=config, local_files_only=True, use_safetensors=True, dtype=param_dtype,
             attn_implementation=pick_attn(torch_device, attn, critic_class))
     except Exception as error:
-        raise ModelLoadError(f"critic path {path}: cannot load ({error})") from None
+        raise stage_output_error(path, ModelLoadError(f"critic path {path}: cannot load ({error})")) from None
     return set_compute_dtype(model.to(torch_device), compute_dtype)
 
 

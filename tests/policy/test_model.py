@@ -192,6 +192,32 @@ def test_a_damaged_meta_file_is_named_with_the_fix(policy, tmp_path):
         load_policy(tmp_path / "policy", device="cpu")
 
 
+def test_a_stage_model_missing_or_damaged_is_named_with_the_pipelines_fix(policy, tmp_path):
+    """A stage's own model directory (models/policy, a critic) is rebuilt by the pipeline. Before: "model path
+    models/policy does not exist; set model.path to a local checkpoint directory" (model.path has nothing to do with
+    it), and damaged weights or a damaged tokenizer named no fix."""
+    missing = tmp_path / "policy"
+    with pytest.raises(ModelLoadError) as raised:
+        load_policy(missing, device="cpu")
+    assert str(raised.value) == (f"{missing} does not exist; the pipeline's stages write it: run `dvc repro` (or, by "
+                                 "hand, the stages before this one)")
+    save_model(policy.model, missing, tokenizer=policy.tokenizer, meta={"source": "tiny"})
+    weights = missing / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # a copy cut short
+    with pytest.raises(ModelLoadError, match=rf"^model path {missing}: cannot load the causal LM or its tokenizer "
+                                             rf"\(.*\); delete {missing} and run `dvc repro` to rebuild it$"):
+        load_policy(missing, device="cpu")
+    critic = tmp_path / "critic"
+    save_model(build_critic(policy.model), critic, meta={"source": "tiny"})
+    (critic / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ModelLoadError, match=rf"^critic path {critic}: cannot load \(.*\); delete {critic} and run "
+                                             r"`dvc repro` to rebuild it$"):
+        load_critic(critic, device="cpu")
+    (critic / "model.safetensors").unlink()
+    with pytest.raises(ModelLoadError, match=rf"has no \*.safetensors weights .*; delete {critic} and run `dvc repro`"):
+        load_critic(critic, device="cpu")
+
+
 def test_missing_path_is_named(tmp_path):
     with pytest.raises(ModelLoadError, match=str(tmp_path / "nope")):
         load_causal_lm(tmp_path / "nope")
