@@ -106,7 +106,8 @@ def expand_set(data: dict[str, Any], name: str, *, params: str | Path | None = "
                extra: Sequence[str] = ()) -> AblationSet:
     """The runs of set `name`, every one validated against the config (an unknown knob fails here, naming it)."""
     if name not in set_names(data):
-        raise AblationError(f"unknown ablation set {name!r}; known sets: {', '.join(set_names(data))}")
+        raise AblationError(f"unknown ablation set {name!r}{did_you_mean(str(name), set_names(data))}; known sets: "
+                            f"{', '.join(set_names(data))}")
     spec = data[name]
     unknown = sorted(set(spec) - set(SET_KEYS)) if isinstance(spec, dict) else []
     if unknown:  # first: `variant:` for `variants:` is named as the typo it is

@@ -71,6 +71,8 @@ def test_bad_sets_fail_naming_the_problem(data, needle):
 def test_unknown_set_lists_the_known_ones(committed):
     with pytest.raises(AblationError, match="unknown ablation set 'nope'; known sets: echo_trap"):
         expand_set(committed, "nope")
+    with pytest.raises(AblationError, match=r"^unknown ablation set 'echo_trp' \(did you mean 'echo_trap'\?\); known "):
+        expand_set(committed, "echo_trp")
 
 
 def test_runner_spec_takes_the_command_line_over_the_file():
