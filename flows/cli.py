@@ -135,11 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with quiet_flow_failures(errors, also=model_input_error):  # Prefect's line for a failed flow run, no traceback
             return commands[args.command](args)
-    except errors as error:
-        print(f"ragen {args.command}: {error}", file=sys.stderr)
-        return 2
     except Exception as error:
-        if not model_input_error(error):
+        if not isinstance(error, errors) and not model_input_error(error):
             raise
         print(f"ragen {args.command}: {error}", file=sys.stderr)
         return 2
