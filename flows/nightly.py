@@ -21,6 +21,7 @@ from prefect import flow
 from flows.ablate import rl_pipeline
 from ragen.baselines import NightlySpec, NightlySpecError, Regression, check_baselines, read_nightly_spec
 from ragen.config import load_config
+from ragen.policy.model import pick_device
 from ragen.tracking import MlflowTracker
 
 DEPLOYMENT = "nightly"
@@ -74,6 +75,8 @@ def check_cron(cron: str, where: str) -> str:
 def nightly(spec: str = "bench/nightly.yaml", params: str = "params.yaml", out_root: str = "nightly",
             extra: list[str] | None = None) -> dict[str, float]:
     nightly_spec = check_matrix(spec, params, extra)
+    for overrides in nightly_spec.matrix.values():  # a device this machine lacks ends it before the base or an entry
+        pick_device(load_config(params, [*overrides, *(extra or [])]).model.device)
     if not (Path("data/envs").exists() and Path("models/base").exists()):
         print("nightly | no base policy yet: dvc repro base")
         subprocess.run(["dvc", "repro", "base"], check=True)

@@ -231,6 +231,19 @@ def test_cuda_where_torch_sees_no_gpu_ends_the_set_before_it_starts(prefect_harn
     assert not (project / "ablations").exists()
 
 
+def test_cuda_where_torch_sees_no_gpu_ends_the_nightly_before_the_base(prefect_harness, project, capsys, monkeypatch):
+    """Every entry's `model.device` is resolved before the flow trains a missing base or runs an entry. Before: on a
+    project with no base yet, `dvc repro base` ran first (minutes), then the first entry's stage refused cuda."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # so on a GPU machine too
+    write_params(project, small=SMALL)
+    assert main(["nightly", "run", "--spec", write_spec(project, 0.0), "model.device=cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ragen nightly: model.device=cuda: this torch (") and err.count("\n") == 1
+    assert not any((project / p).exists() for p in ("data/envs", "models/base", "mlruns", "nightly"))
+
+
 def test_a_stage_refusing_its_model_inside_a_set_or_nightly_is_one_line():
     """`model_input_error`: a stage's ModelLoadError or CheckpointError inside `ragen ablate` / `ragen nightly` ends
     in the CLI's one line (before: the traceback); other errors keep theirs."""
