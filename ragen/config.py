@@ -340,20 +340,13 @@ def validate(config: Config) -> None:
     from ragen.envs import ENVS
 
     envs = config.envs
-    unknown = [tag for tag in envs.tags if tag not in ENVS]
-    if unknown:
-        raise ConfigError(f"envs.tags: unknown env tag(s) {unknown}; known tags: {', '.join(ENVS)}")
+    check_tags("envs.tags", envs.tags)
     if not envs.tags:
         raise ConfigError("envs.tags: empty; name at least one env")
-    if len(set(envs.tags)) != len(envs.tags):
-        raise ConfigError(f"envs.tags: duplicate tags in {envs.tags}")
-    if len(set(config.base.envs)) != len(config.base.envs):
-        raise ConfigError(f"base.envs: duplicate tags in {config.base.envs}; name each env once")
-    outside = [tag for tag in config.base.envs if tag not in envs.tags]
-    if outside:
-        raise ConfigError(f"base.envs: {outside} not in envs.tags (only those have generated train seeds); "
-                          f"pick from {envs.tags} or leave base.envs empty for all of them")
-    check_val_envs(config)
+    check_tags("base.envs", config.base.envs, within=envs.tags, seeds="train",
+               fix=f"pick from {envs.tags} or leave base.envs empty for all of them")
+    check_tags("train.val_envs", config.train.val_envs, within=envs.tags, seeds="val",
+               fix=f"add {{them}} to envs.tags, or pick from {envs.tags}")
     ranges = {}
     for split in ("train", "val", "test"):
         size, seed = getattr(envs, f"{split}_size"), getattr(envs, f"{split}_seed")
@@ -385,7 +378,7 @@ def validate(config: Config) -> None:
                "model.grid_tokens": (config.model.grid_tokens, ("bpe", "cells"))}
     for key, (value, allowed) in choices.items():
         if value not in allowed:
-            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(allowed)}")
+            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(allowed)}{did_you_mean(str(value), allowed)}")
     if config.model.source == "hf" and not config.model.path:
         raise ConfigError("model.path: empty; model.source hf needs a local checkpoint directory")
     if config.model.chat_template and config.model.source != "hf":
@@ -454,21 +447,22 @@ HINTS = {"eval.samples": "episodes per val or test instance", "train.max_optimal
          "algo.first_action_coef": "a negative one would pay for a template"}
 
 
-def check_val_envs(config: Config) -> None:
-    """train.val_envs: known env tags, each once, among envs.tags (only those have val seeds)."""
+def check_tags(key: str, tags: list[str], within: list[str] | None = None, seeds: str = "", fix: str = "") -> None:
+    """`key`'s env tags: each a known env (the nearest named for a typo), each once, and each among `within` (envs.tags,
+    the only envs with generated `seeds`) when given; `fix` says what to do then ("{them}": it or them)."""
     from ragen.envs import ENVS
 
-    val_envs = config.train.val_envs
-    for tag in val_envs:
+    for tag in tags:
         if tag not in ENVS:
-            raise ConfigError(f"train.val_envs: unknown env tag {tag!r}{did_you_mean(tag, list(ENVS))}; known "
-                              f"tags: {', '.join(ENVS)}")
-    if len(set(val_envs)) != len(val_envs):
-        raise ConfigError(f"train.val_envs: duplicate tags in {val_envs}; name each env once")
-    outside = [tag for tag in val_envs if tag not in config.envs.tags]
+            raise ConfigError(f"{key}: unknown env tag {tag!r}{did_you_mean(tag, list(ENVS))}; known tags: "
+                              f"{', '.join(ENVS)}")
+    if len(set(tags)) != len(tags):
+        raise ConfigError(f"{key}: duplicate tags in {tags}; name each env once")
+    outside = [tag for tag in tags if within is not None and tag not in within]
     if outside:
-        raise ConfigError(f"train.val_envs: {outside} not in envs.tags (only those have generated val seeds); add "
-                          f"{'them' if len(outside) > 1 else 'it'} to envs.tags, or pick from {config.envs.tags}")
+        them = "them" if len(outside) > 1 else "it"
+        raise ConfigError(f"{key}: {outside} not in envs.tags (only those have generated {seeds} seeds); "
+                          f"{fix.format(them=them)}")
 
 
 def check_ranges(config: Config) -> None:

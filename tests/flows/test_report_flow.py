@@ -81,7 +81,8 @@ def test_ragen_report_and_nightly_refuse_in_one_line(prefect_harness, project, c
     # a config they cannot take: refused before a flow starts (it ended in Prefect's traceback, then the line)
     assert main(["report", "train.env=sokobn"]) == 2
     assert capsys.readouterr().err == ("ragen report: train.env: 'sokobn' is not one of bandit, bandit_test, "
-                                       "bandit_rev, sokoban, sokoban_large, sokoban_vocab, frozen_lake, countdown\n")
+                                       "bandit_rev, sokoban, sokoban_large, sokoban_vocab, frozen_lake, countdown "
+                                       "(did you mean 'sokoban'?)\n")
     (project / "nightly.yaml").write_text("matrix:\n  a: [train.steps=2]\n")
     assert main(["nightly", "run", "--spec", "nightly.yaml", "train.stpes=2"]) == 2
     assert capsys.readouterr().err.startswith("ragen nightly: override 'train.stpes=2': unknown key 'train.stpes' "
