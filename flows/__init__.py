@@ -15,3 +15,5 @@ for _key, _value in {
     "DVC_NO_ANALYTICS": "1",
 }.items():
     os.environ.setdefault(_key, _value)
+
+import ragen  # noqa: E402,F401  (pins torch's CPU kernels before anything loads torch: ragen/kernels.py)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -40,6 +41,7 @@ from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from ragen.config import Config, TrackingConfig, config_digest, flatten, to_dict  # noqa: E402
+from ragen.kernels import in_effect  # noqa: E402
 from ragen.liveness import has_ended, host, process_tag  # noqa: E402
 from ragen.presets import nearest_preset  # noqa: E402
 
@@ -210,6 +212,8 @@ class MlflowTracker:
         self.client, experiment_id = open_store(self.uri, self.experiment)
         tags = {"ragen.stage": self.stage, "ragen.git_commit": git_commit(self.root), **self.tags}
         tags.update({tag: os.environ[var] for var, tag in PASSTHROUGH_ENV_TAGS.items() if os.environ.get(var)})
+        if "torch" in sys.modules:  # the CPU kernels it computed with: AVX2 and AVX-512 ones train other weights
+            tags["ragen.cpu_kernels"] = in_effect()
         if self.pipeline_run:
             tags["ragen.pipeline_run"] = self.pipeline_run
             self.pipeline_run_id = self._pipeline_parent(experiment_id, tags)

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
 
 from ragen.config import load_config
@@ -47,6 +48,7 @@ def test_stage_runs_of_one_config_nest_under_one_pipeline_run(store, tmp_path):
         assert tags["ragen.pipeline_run"] == parent.data.tags["ragen.pipeline_run"] == pipeline_run_id(cfg, tmp_path)
         assert tags["ragen.preset"] == "starpo_s" and tags["ragen.env"] == "bandit" and tags["ragen.seed"] == "0"
         assert "ragen.git_commit" in tags
+        assert tags["ragen.cpu_kernels"] == torch.backends.cpu.get_cpu_capability()  # AVX2 on a pinned x86 machine
         assert run.data.params["filter.keep_ratio"] == "0.25" and run.data.params["train.env"] == "bandit"
         names = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"config.yaml", "samples"} <= names
