@@ -47,11 +47,12 @@ def entry_metrics(name: str, summary: dict) -> dict[str, float]:
 
 def check_matrix(spec: str, params: str, extra: list[str] | None = None) -> NightlySpec:
     """The nightly spec, its schedule (`check_cron`) and every entry's knobs (with `extra`) checked against the
-    schema before any work."""
+    schema before any work, and each entry's `model.device` on this machine (`pick_device`: cuda where torch sees no
+    GPU ends it before it trains a missing base or runs an entry)."""
     nightly_spec = read_nightly_spec(spec)
     check_cron(nightly_spec.schedule, f"{spec}: schedule")
     for overrides in nightly_spec.matrix.values():
-        load_config(params, [*overrides, *(extra or [])])
+        pick_device(load_config(params, [*overrides, *(extra or [])]).model.device)
     return nightly_spec
 
 
@@ -75,8 +76,6 @@ def check_cron(cron: str, where: str) -> str:
 def nightly(spec: str = "bench/nightly.yaml", params: str = "params.yaml", out_root: str = "nightly",
             extra: list[str] | None = None) -> dict[str, float]:
     nightly_spec = check_matrix(spec, params, extra)
-    for overrides in nightly_spec.matrix.values():  # a device this machine lacks ends it before the base or an entry
-        pick_device(load_config(params, [*overrides, *(extra or [])]).model.device)
     if not (Path("data/envs").exists() and Path("models/base").exists()):
         print("nightly | no base policy yet: dvc repro base")
         subprocess.run(["dvc", "repro", "base"], check=True)
