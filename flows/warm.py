@@ -13,9 +13,10 @@ kills for memory (signal 9, where the stage itself can say nothing) still ends w
 Safe by construction:
 - only third-party libraries are preloaded; `flows.*` and `ragen.*` are always imported fresh in the child, so a
   stage runs the code on disk, as DVC hashed it;
-- the server refuses a client whose PREFECT_*, MLFLOW_* or ATEN_* environment differs from its own (those libraries
-  read some settings at import; torch fixes its CPU kernels once a process), and the client then runs the stage in
-  its own process, as it does without a server;
+- the server refuses a client whose PREFECT_*, MLFLOW_*, ATEN_*, OMP_* or MKL_* environment differs from its own
+  (those libraries read some settings at import; torch fixes its CPU kernels once a process, and OpenMP its thread
+  count when it loads: a fork would compute with the server's), and the client then runs the stage in its own
+  process, as it does without a server;
 - the server forks only while it has a single thread (imports start none), and serves one stage at a time (DVC
   runs stages one after another; a second client waits for the first).
 """
@@ -45,7 +46,7 @@ HEADER = struct.Struct("!Q")  # byte length of the json request that follows
 CODE = struct.Struct("!i")  # a pid, then an exit code
 PEAK = struct.Struct("!Q")  # after the exit code: the stage's peak resident memory, bytes
 RSS_UNIT = 1 if sys.platform == "darwin" else 1024  # bytes in a unit of ru_maxrss: KiB on Linux, bytes on macOS
-SETTING_PREFIXES = ("PREFECT_", "MLFLOW_", "ATEN_")
+SETTING_PREFIXES = ("PREFECT_", "MLFLOW_", "ATEN_", "OMP_", "MKL_")
 OWN_PACKAGES = ("flows", "ragen")
 
 

@@ -70,6 +70,7 @@ def test_other_library_settings_or_no_server_run_the_stage_in_a_process_of_its_o
     path, server_pid, env = warm_server
     project = stage_dir(tmp_path)
     for extra in ({"RAGEN_STAGE_SERVER": path, "MLFLOW_TRACKING_URI": "sqlite:////elsewhere.db"},
+                  {"RAGEN_STAGE_SERVER": path, "OMP_NUM_THREADS": "1"},  # a fork would run the server's threads
                   {"RAGEN_STAGE_SERVER": str(tmp_path / "missing.sock")}, {}):
         done = run_client(project, env | extra | {"PROBE_CODE": "4"}, "probe")
         assert done.returncode == 4
