@@ -50,6 +50,7 @@ PASSTHROUGH_ENV_TAGS = {  # environment variable -> tag
     "DVC_STAGE": "dvc.stage",
     "DVC_EXP_NAME": "dvc.exp_name",
     "DVC_EXP_BASELINE_REV": "dvc.exp_baseline_rev",
+    "MKL_CBWR": "ragen.mkl_cbwr",  # MKL's reproducibility branch where the user set one (COMPATIBLE: across vendors)
 }
 
 
@@ -212,8 +213,9 @@ class MlflowTracker:
         self.client, experiment_id = open_store(self.uri, self.experiment)
         tags = {"ragen.stage": self.stage, "ragen.git_commit": git_commit(self.root), **self.tags}
         tags.update({tag: os.environ[var] for var, tag in PASSTHROUGH_ENV_TAGS.items() if os.environ.get(var)})
-        if "torch" in sys.modules:  # the CPU kernels it computed with: AVX2 and AVX-512 ones train other weights
-            tags["ragen.cpu_kernels"] = in_effect()
+        if "torch" in sys.modules:  # the CPU kernels it computed with: AVX2 and AVX-512 ones train other weights;
+            tags["ragen.cpu_kernels"] = in_effect()  # the thread count moves the KV-cached log-probs' last bits
+            tags["ragen.cpu_threads"] = str(sys.modules["torch"].get_num_threads())
         if self.pipeline_run:
             tags["ragen.pipeline_run"] = self.pipeline_run
             self.pipeline_run_id = self._pipeline_parent(experiment_id, tags)

@@ -49,11 +49,25 @@ def test_stage_runs_of_one_config_nest_under_one_pipeline_run(store, tmp_path):
         assert tags["ragen.preset"] == "starpo_s" and tags["ragen.env"] == "bandit" and tags["ragen.seed"] == "0"
         assert "ragen.git_commit" in tags
         assert tags["ragen.cpu_kernels"] == torch.backends.cpu.get_cpu_capability()  # AVX2 on a pinned x86 machine
+        assert tags["ragen.cpu_threads"] == str(torch.get_num_threads())
         assert run.data.params["filter.keep_ratio"] == "0.25" and run.data.params["train.env"] == "bandit"
         names = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"config.yaml", "samples"} <= names
     assert parent.data.params["algo.clip_eps_high"] == "0.28"
     assert parent.data.metrics["val/bandit/success"] == 0.5
+
+
+def test_a_users_mkl_branch_is_tagged_and_none_when_unset(store, tmp_path, monkeypatch):
+    """MKL_CBWR changes MKL's matmul bytes (COMPATIBLE: the one branch Intel and AMD CPUs share), so runs say it."""
+    uri, client = store
+    monkeypatch.delenv("MKL_CBWR", raising=False)
+    with MlflowTracker.for_stage(config(uri), "rollout", root=tmp_path):
+        pass
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    with MlflowTracker.for_stage(config(uri), "update", root=tmp_path):
+        pass
+    tags = {r.data.tags["ragen.stage"]: r.data.tags for r in runs(client, "tags.`ragen.stage` != 'pipeline'")}
+    assert "ragen.mkl_cbwr" not in tags["rollout"] and tags["update"]["ragen.mkl_cbwr"] == "COMPATIBLE"
 
 
 def test_another_config_is_another_pipeline_run_and_ablations_nest_one_level_up(store, tmp_path):
