@@ -6,7 +6,8 @@
 On one machine the same params and seed give the same metrics; across machines they can differ. This prints one
 short hash per layer, bottom up, so that a diff of two machines' outputs names the lowest layer that differs:
 
-    machine    torch version, ATen's CPU capability, threads, the CPU (informative; expected to differ)
+    machine    torch version, ATen's CPU capability, threads (params.yaml's `model.threads`, as the stages compute,
+               or --threads), the CPU (informative; expected to differ)
     rng        torch's CPU generators: uniform (mt19937), exponential_ (what torch.multinomial draws with),
                multinomial itself
     kernels    a matmul, a softmax, the policy's logits over a whole sequence and one token at a time (KV cache)
@@ -32,7 +33,8 @@ from pathlib import Path
 import torch
 
 from ragen.batching import build_batch
-from ragen.config import RolloutConfig
+from ragen.config import RolloutConfig, load_config
+from ragen.kernels import pin_threads
 from ragen.policy import Policy, load_policy
 from ragen.policy.scoring import token_logprobs
 from ragen.records import EpisodeSpec, Trajectory
@@ -136,7 +138,13 @@ def pipeline_layer() -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="models/base", help="a policy directory (default: the pipeline's base)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch's CPU threads (default: params.yaml's model.threads, the count the stages use)")
     args = parser.parse_args()
+    if args.threads is not None and args.threads < 0:
+        parser.error(f"--threads must be >= 0 (0: torch's own count), got {args.threads}")
+    params = "params.yaml" if Path("params.yaml").exists() else None
+    pin_threads(load_config(params).model.threads if args.threads is None else args.threads)
     if not Path(args.model, "config.json").exists():
         raise SystemExit(f"{args.model} holds no policy (config.json missing); run `dvc repro base` or pass --model")
     policy = load_policy(args.model, device="cpu", dtype="float32")

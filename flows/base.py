@@ -24,6 +24,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.common import read_seeds, run_stage, write_json
 from ragen.config import Config, load_config
 from ragen.envs import make_env
+from ragen.kernels import pin_threads
 from ragen.policy import Policy
 from ragen.policy.fingerprint import digest, fingerprint
 from ragen.model_meta import save_meta
@@ -121,6 +122,7 @@ def evaluate_base(cfg: Config, policy: Policy, envs_dir: Path) -> tuple[dict[str
 def base(params: str = "params.yaml", overrides: list[str] | None = None, envs_dir: str = "data/envs",
          out_dir: str = "models/base", metrics_path: str = "metrics/base.json") -> dict[str, dict[str, float]]:
     cfg = load_config(params, overrides or [])
+    pin_threads(cfg.model.threads)  # before any torch work: the same sums on every machine
     random.seed(cfg.base.seed)
     envs_path = Path(envs_dir)
     for tag in cfg.envs.tags:  # fail before any training when envgen has not run

@@ -20,6 +20,7 @@ from flows.common import run_stage, write_json
 from flows.lineage import check_input, made_with
 from ragen.advantages import masked_mean
 from ragen.config import load_config
+from ragen.kernels import pin_threads
 from ragen.losses import explained_variance
 from ragen.policy import load_policy
 from ragen.model_meta import save_meta
@@ -36,6 +37,7 @@ def critic_fit(params: str = "params.yaml", overrides: list[str] | None = None, 
                rollouts: str = "data/rollouts/filtered.parquet", out_dir: str = "models/critic_warm",
                metrics_path: str = "metrics/critic_fit.json") -> dict[str, float]:
     cfg = load_config(params, overrides or [])
+    pin_threads(cfg.model.threads)  # before any torch work: the same sums on every machine
     trajectories, made = read_trajectories(rollouts), read_settings(rollouts)
     check_input(rollouts, made, cfg, "critic_fit", overrides)
     settings = made_with("critic_fit", cfg, made)

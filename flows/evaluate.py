@@ -24,6 +24,7 @@ from flows.lineage import check_policy_env
 from ragen.config import Config, load_config
 from ragen.evaluation import evaluate_policy, evaluation_summary, paired_gap
 from ragen.fileio import StageFileError
+from ragen.kernels import pin_threads
 from ragen.policy import load_policy
 from ragen.model_meta import read_meta
 from ragen.report import gap_text
@@ -45,6 +46,7 @@ def evaluate(params: str = "params.yaml", overrides: list[str] | None = None, en
     episodes shared by runs that play it alike (the caller names it by what they depend on, as `ragen ablate`
     does): read when it exists, else played and written there."""
     cfg = load_config(params, overrides or [])
+    pin_threads(cfg.model.threads)  # before any torch work: the same sums on every machine
     check_policy_env(policy_dir, read_meta(policy_dir), cfg)
     tags = [cfg.train.env] + [t for t in GENERALISATION.get(cfg.train.env, []) if (Path(envs_dir) / t).exists()]
     plan = [(tag, split, read_seeds(envs_dir, tag, split)[: cfg.eval.episodes]) for tag in tags

@@ -13,6 +13,7 @@ from prefect import flow
 from flows.common import run_stage, write_json
 from flows.lineage import check_input, made_with
 from ragen.config import load_config
+from ragen.kernels import pin_threads
 from ragen.tracking import MlflowTracker
 from ragen.train import select
 from ragen.trajectory_io import read_settings, read_trajectories, write_trajectories
@@ -23,6 +24,7 @@ def filter_rollouts(params: str = "params.yaml", overrides: list[str] | None = N
                     rollouts: str = "data/rollouts/base.parquet", out: str = "data/rollouts/filtered.parquet",
                     metrics_path: str = "metrics/filter.json") -> dict[str, float]:
     cfg = load_config(params, overrides or [])
+    pin_threads(cfg.model.threads)  # before any torch work: the same sums on every machine
     trajectories, made = read_trajectories(rollouts), read_settings(rollouts)
     check_input(rollouts, made, cfg, "filter", overrides)
     with MlflowTracker.for_stage(cfg, "filter") as tracker:

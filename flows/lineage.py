@@ -35,8 +35,10 @@ KEYS = {
                    "train.weight_decay", "train.seed"),
     "update": ("rollout.", "filter.", "critic.", "algo.", "train.", "eval.temperature"),
 }
-# read by those stages, but they change memory or where the model runs, not what the output holds
-NOT_DECIDING = ("train.micro_batch_size", "train.micro_batch_tokens", "model.device", "model.dtype", "model.attn")
+# read by those stages, but they change memory, where the model runs or how many threads add its sums up (last bits),
+# not what the output holds
+NOT_DECIDING = ("train.micro_batch_size", "train.micro_batch_tokens", "model.device", "model.dtype", "model.attn",
+                "model.threads")
 
 
 class OtherSettings(StageFileError):

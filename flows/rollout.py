@@ -10,6 +10,7 @@ from prefect import flow
 from flows.common import read_train_pool, run_stage, write_json
 from flows.lineage import made_with
 from ragen.config import load_config
+from ragen.kernels import pin_threads
 from ragen.policy import load_policy
 from ragen.tracking import MlflowTracker
 from ragen.train import collect, rollout_metrics
@@ -21,6 +22,7 @@ def rollout(params: str = "params.yaml", overrides: list[str] | None = None, env
             base_dir: str = "models/base", out: str = "data/rollouts/base.parquet",
             metrics_path: str = "metrics/rollout.json") -> dict[str, float]:
     cfg = load_config(params, overrides or [])
+    pin_threads(cfg.model.threads)  # before any torch work: the same sums on every machine
     pool = read_train_pool(envs_dir, cfg.train.env, cfg.train.max_optimal_moves)
     with MlflowTracker.for_stage(cfg, "rollout") as tracker:
         policy = load_policy(base_dir, **cfg.model.placement())

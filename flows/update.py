@@ -28,6 +28,7 @@ from ragen.checkpoint import load_checkpoint, read_checkpoint_meta, save_checkpo
 from ragen.config import Config, config_digest, load_config
 from ragen.evaluation import evaluate_policy
 from ragen.fileio import staged_file
+from ragen.kernels import pin_threads
 from ragen.policy import load_policy
 from ragen.model_meta import read_meta, save_meta
 from ragen.policy.model import load_critic, save_model
@@ -96,6 +97,7 @@ def update_policy(params: str = "params.yaml", overrides: list[str] | None = Non
     filtered batch `rollouts`; its rollout/ metrics are those of the whole batch it was filtered from,
     `base_rollouts` (None: of the filtered batch)."""
     cfg = load_config(params, overrides or [])
+    pin_threads(cfg.model.threads)  # before any torch work: the same sums on every machine
     pool = read_train_pool(envs_dir, cfg.train.env, cfg.train.max_optimal_moves)
     val_seeds = {tag: read_seeds(envs_dir, tag, "val")[: cfg.train.eval_episodes] for tag in cfg.train.val_tags()}
     first_batch, first_scores = read_trajectories(rollouts), read_scores(rollouts)

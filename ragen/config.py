@@ -65,6 +65,9 @@ class ModelConfig:
     # auto: eager on cuda (our batches carry padding masks, for which torch's SDPA took a slow kernel on an H200:
     # eager sampled 2.2x (Qwen2.5-0.5B shape) to 9x (tiny) faster, bench/bench_cuda.py), sdpa on cpu
     attn: str = "auto"  # auto | sdpa | eager
+    # torch's CPU threads in every torch stage: the same count sums in the same order on any machine (4 threads
+    # warm-start another base than 2; bench/RESULTS.md, "Threads"); 2 is CI's count; 0: torch's own, one per core
+    threads: int = 2
     seed: int = 0  # tiny: weight initialisation seed
 
     def tiny_shape(self) -> dict[str, int]:
@@ -430,8 +433,9 @@ AT_LEAST_ONE = ["model.vocab_size", "model.hidden_size", "model.num_layers", "mo
                 "rollout.max_actions_per_turn", "rollout.max_new_tokens", "train.steps", "train.groups",
                 "train.group_size", "train.mini_batch_size", "train.ppo_epochs", "train.eval_every",
                 "train.eval_episodes", "train.checkpoint_every", "eval.episodes", "eval.samples"]
-NON_NEGATIVE = ["base.warmup_steps", "base.weight_decay", "train.weight_decay", "train.max_optimal_moves",
-                "train.micro_batch_size", "train.micro_batch_tokens", "rollout.max_episodes_per_pass",
+NON_NEGATIVE = ["model.threads", "base.warmup_steps", "base.weight_decay", "train.weight_decay",
+                "train.max_optimal_moves", "train.micro_batch_size", "train.micro_batch_tokens",
+                "rollout.max_episodes_per_pass",
                 "critic.warmup_epochs", "critic.ppo_epochs", "algo.entropy_coef", "algo.kl_coef",
                 "algo.first_action_coef", "eval.temperature"]
 POSITIVE = ["base.lr", "train.lr", "critic.lr", "train.grad_clip", "critic.value_clip", "algo.clip_eps_high"]
@@ -439,6 +443,7 @@ UNIT_INTERVAL = ["algo.gamma", "algo.lam", "algo.turn_gamma"]  # discounts and l
 BOUNDS = [(AT_LEAST_ONE, ">= 1", lambda x: x >= 1), (NON_NEGATIVE, ">= 0", lambda x: x >= 0),
           (POSITIVE, "> 0", lambda x: x > 0), (UNIT_INTERVAL, "in [0, 1]", lambda x: 0.0 <= x <= 1.0)]
 HINTS = {"eval.samples": "episodes per val or test instance", "train.max_optimal_moves": "0: no limit",
+         "model.threads": "0: torch's own count, one per core",
          "train.micro_batch_size": "0: the whole mini-batch in one pass",
          "train.micro_batch_tokens": "0: no limit on a pass's padded tokens",
          "rollout.max_episodes_per_pass": "0: every episode of a rollout sampled at once",

@@ -66,6 +66,7 @@ def write(tmp_path, text):
         ("train:\n  micro_batch_tokens: -1\n", r"train.micro_batch_tokens must be >= 0.*0: no limit"),
         ("rollout:\n  max_episodes_per_pass: -8\n", r"rollout.max_episodes_per_pass must be >= 0.*0: every episode"),
         ("critic:\n  warmup_epochs: -2\n", "critic.warmup_epochs must be >= 0"),
+        ("model:\n  threads: -1\n", r"model.threads must be >= 0.*0: torch's own count"),
         ("algo:\n  reward_norm_grouping: group\n",
          "algo.reward_norm_grouping: 'group' is not one of state, inductive, batch"),
         ("algo:\n  old_logprobs: vllm\n", "algo.old_logprobs: 'vllm' is not one of rescore, sampler"),

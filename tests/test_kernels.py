@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ragen.kernels import PINNED, VARIABLE, cpu_flags, pin
+from ragen.kernels import PINNED, VARIABLE, cpu_flags, pin, pin_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,3 +61,15 @@ def test_every_stage_that_computes_with_torch_depends_on_the_pin():
                     if {"ragen/policy", "ragen/filters.py"} & set(stage["deps"])}
     assert torch_stages == {"base", "rollout", "filter", "critic_fit", "update", "evaluate"}
     assert all("ragen/kernels.py" in stages[name]["deps"] for name in torch_stages)
+
+
+def test_pin_threads_sets_torchs_count_and_zero_gives_back_torchs_own_pick():
+    import torch
+
+    own = pin_threads(0)  # torch's own count (captured at the process's first pin)
+    try:
+        assert pin_threads(3) == 3 == torch.get_num_threads()  # more threads than cores: allowed, same sums
+        assert pin_threads(1) == 1 == torch.get_num_threads()
+        assert pin_threads(0) == own
+    finally:
+        pin_threads(0)
