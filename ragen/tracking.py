@@ -214,7 +214,7 @@ class MlflowTracker:
         tags = {"ragen.stage": self.stage, "ragen.git_commit": git_commit(self.root), **self.tags}
         tags.update({tag: os.environ[var] for var, tag in PASSTHROUGH_ENV_TAGS.items() if os.environ.get(var)})
         if "torch" in sys.modules:  # the CPU kernels it computed with: AVX2 and AVX-512 ones train other weights;
-            tags["ragen.cpu_kernels"] = in_effect()  # the thread count moves the KV-cached log-probs' last bits
+            tags["ragen.cpu_kernels"] = in_effect()  # and so do 4 threads against 2 (`model.threads`)
             tags["ragen.cpu_threads"] = str(sys.modules["torch"].get_num_threads())
         if self.pipeline_run:
             tags["ragen.pipeline_run"] = self.pipeline_run

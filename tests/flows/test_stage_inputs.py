@@ -141,6 +141,9 @@ def test_every_config_key_and_source_file_a_stage_uses_is_declared_in_dvc_yaml(p
     assert {"train.env", "rollout.max_turns"} <= read_by["rollout"] and "filter.keep_ratio" in read_by["filter"]
     assert "critic.warmup_epochs" in read_by["critic_fit"] and "algo.clip_eps_high" in read_by["update"]
     assert {"eval.temperature", "eval.samples"} <= read_by["evaluate"] and "train.steps" in read_by["report"]
+    # every stage that computes with torch sets its thread count first (ragen.kernels.pin_threads)
+    assert all("model.threads" in read_by[stage] for stage in ("base", "rollout", "filter", "critic_fit", "update",
+                                                                "evaluate"))
     assert not uncovered, f"config keys read by a stage but not among its params in dvc.yaml: {uncovered}"
     # what each output of the RL chain records of its settings (flows.lineage) covers every key its stage read that
     # can change it, and the stages before it; each recorded key is among the stage's params
