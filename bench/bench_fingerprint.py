@@ -141,10 +141,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch's CPU threads (default: params.yaml's model.threads, the count the stages use)")
     args = parser.parse_args()
-    if args.threads is not None and args.threads < 0:
-        parser.error(f"--threads must be >= 0 (0: torch's own count), got {args.threads}")
-    params = "params.yaml" if Path("params.yaml").exists() else None
-    pin_threads(load_config(params).model.threads if args.threads is None else args.threads)
+    params = "params.yaml" if Path("params.yaml").exists() else None  # --threads checked as model.threads is
+    pin_threads(load_config(params, [] if args.threads is None else [f"model.threads={args.threads}"]).model.threads)
     if not Path(args.model, "config.json").exists():
         raise SystemExit(f"{args.model} holds no policy (config.json missing); run `dvc repro base` or pass --model")
     policy = load_policy(args.model, device="cpu", dtype="float32")

@@ -92,8 +92,8 @@ class Runs:
 # files a stage runs that decide none of its outputs: MLflow logging, the process tags that let a later run close a run
 # or remove a staging folder whose process was killed, and the preset a run is tagged with (a preset given as an
 # override is resolved into the params DVC tracks); stage report writes the preset into its report. ragen/kernels.py
-# runs in a stage only for the `ragen.cpu_kernels` tag; its pin runs at import, before a stage, and decides the torch
-# stages' bytes, so those list it (tests/test_kernels.py checks them)
+# runs in envgen and report only for the `ragen.cpu_kernels` tag; its pins (the capability at import, the threads in
+# each torch stage) decide the torch stages' bytes, so those list it (tests/test_kernels.py checks them)
 NO_OUTPUT = {"ragen/tracking.py", "ragen/liveness.py", "ragen/presets.py", "ragen/kernels.py"}
 DECIDES_OUTPUT = {"report": {"ragen/presets.py"}}
 
