@@ -15,6 +15,7 @@ from pathlib import Path
 
 from flows.base import evaluate_base
 from ragen.config import load_config
+from ragen.kernels import pin_threads
 from ragen.policy import load_policy
 
 
@@ -25,6 +26,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     cfg = load_config("params.yaml", [f"base.eval_episodes={args.episodes}", *args.overrides])
+    pin_threads(cfg.model.threads)  # as the stages compute: the same figures on any number of cores
     policy = load_policy(args.model, **cfg.model.placement())
     results, _ = evaluate_base.fn(cfg, policy, Path("data/envs"))
     print(f"\n# base policy {args.model} | {args.episodes} val episodes per env | temperature {cfg.rollout.temperature}")

@@ -17,6 +17,7 @@ from collections import defaultdict
 from flows.common import read_instances
 from ragen.config import load_config
 from ragen.evaluation import evaluate_policy
+from ragen.kernels import pin_threads
 from ragen.policy import load_policy
 
 
@@ -29,6 +30,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="key=value overrides (rollout.*)")
     args = parser.parse_args()
     cfg = load_config("params.yaml", args.overrides)
+    pin_threads(cfg.model.threads)  # as the stages compute: the same figures on any number of cores
     table = read_instances("data/envs", args.env, "val", ["seed", "optimal_moves"]).head(args.instances)
     moves = dict(zip(table["seed"].to_list(), table["optimal_moves"].to_list()))
     policy = load_policy(args.policy, **cfg.model.placement())

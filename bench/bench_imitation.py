@@ -30,6 +30,7 @@ from flows.common import read_seeds
 from flows.evaluate import evaluate
 from ragen.config import load_config
 from ragen.evaluation import evaluate_policy
+from ragen.kernels import pin_threads
 from ragen.policy import load_policy
 from ragen.policy.model import count_parameters
 
@@ -73,6 +74,7 @@ def main() -> None:
                 built_row = {"wall_s": time.perf_counter() - start, "train_seed": args.train_seed}
                 wall_file.write_text(json.dumps(built_row))
             cfg = load_config("params.yaml", overrides)
+            pin_threads(cfg.model.threads)  # the fit below runs here, after no stage when --reuse
             policy = load_policy(str(out / "policy"), device="cpu")
             fit_seeds = read_seeds(envs_dir, env, "train")[:FIT_EPISODES]
             fit, _ = evaluate_policy(policy, env, fit_seeds, cfg.rollout, temperature=cfg.eval.temperature,

@@ -72,6 +72,7 @@ from flows.envgen import envgen
 from flows.evaluate import evaluate
 from ragen.config import Config, ConfigError, load_config
 from ragen.evaluation import evaluate_policy, instance_success, mean_and_se, mean_and_se_over_seeds
+from ragen.kernels import pin_threads
 from ragen.policy import Policy, load_policy
 from ragen.records import EpisodeSpec
 from ragen.report import CURVES, read_steps_csv
@@ -418,6 +419,7 @@ def measure(env: str, seed: int | None, args: argparse.Namespace, runs: Path, en
                           force=not args.reuse)
     cached, done = out / "bench.json", out / "done.json"
     cfg, base_policy = load_config("params.yaml", overrides), load_policy(base_dir, device="cpu")
+    pin_threads(cfg.model.threads)  # where --reuse ran no stage here, the figures below as the stages compute
     if args.reuse and cached.exists() and cached.stat().st_mtime >= done.stat().st_mtime:
         result = json.loads(cached.read_text())
         # measured before the unseen-pool row or the per-instance gaps: add what is missing, keep the rest

@@ -47,6 +47,7 @@ from ragen.batching import build_batch
 from ragen.config import Config, load_config
 from ragen.diagnostics import action_dependence
 from ragen.filters import best_success_per_group
+from ragen.kernels import pin_threads
 from ragen.losses import explained_variance
 from ragen.policy import Policy, load_policy
 from ragen.policy.model import build_critic
@@ -250,6 +251,7 @@ def main() -> None:
     # every variant's config first, so a misspelt name or key stops the run before any training
     configs = {name: variant_config(name, args.env, args.instances, args.rollouts, args.overrides)
                for name in args.variants}
+    pin_threads(next(iter(configs.values())).model.threads)  # as the stages compute, on any number of cores
     table = read_instances(args.envs_dir, args.env, "train", ["seed", "optimal_moves"])
     chosen = [(seed, moves) for seed, moves in zip(table["seed"], table["optimal_moves"])
               if moves is not None and moves <= args.max_moves][: args.instances]

@@ -30,6 +30,7 @@ from bench_learning import by_moves_line, paired_gap, played_pair, success_by_mo
 from flows.common import read_seeds, read_train_pool
 from ragen.config import load_config
 from ragen.evaluation import mean_and_se
+from ragen.kernels import pin_threads
 from ragen.policy import load_policy
 
 
@@ -50,6 +51,7 @@ def main() -> None:
     if unknown := sorted(set(args.splits) - {"val", "test", "pool"}):
         parser.error(f"--splits {','.join(unknown)}: unknown; choose from val, test, pool")
     cfg = load_config("params.yaml", [f"train.env={args.env}", *args.overrides, f"eval.samples={args.samples}"])
+    pin_threads(cfg.model.threads)  # as the stages compute: the same figures on any number of cores
     instances = {}  # split -> seeds, all read before anything is played, so a bad --pool-from fails at once
     for split in args.splits:
         if split == "pool":

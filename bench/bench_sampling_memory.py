@@ -22,6 +22,8 @@ import json
 import time
 from pathlib import Path
 
+import torch
+
 from bench_micro_batch import child_result, rss_gib  # same folder
 from bench_sampling import load_or_build
 from ragen.config import RolloutConfig
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"# {args.episodes} {args.env} episodes of up to {args.turns} turns at T 0.5, evaluate_policy in passes of "
           f"rollout.max_episodes_per_pass; each row a fresh process; memory: the process's peak resident set over its "
-          f"peak after loading the model")
+          f"peak after loading the model; {torch.get_num_threads()} CPU threads")
     print("| episodes per pass | passes | KV cache of a pass (MiB, est.) | peak over the loaded model (MiB) "
           "| peak (MiB) | sampling s | sampled tokens/s | success (SE) |")
     print("|---|---|---|---|---|---|---|---|")

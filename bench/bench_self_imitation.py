@@ -36,6 +36,7 @@ from flows.common import read_instances, read_seeds, read_train_pool
 from ragen.config import load_config
 from ragen.evaluation import mean_and_se
 from ragen.filters import best_success_per_group
+from ragen.kernels import pin_threads
 from ragen.policy import Policy, load_policy
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import policy_responder, run_episodes
@@ -85,6 +86,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides (rollout.*, eval.*, base.*)")
     args = parser.parse_args()
     cfg = load_config("params.yaml", args.overrides)
+    pin_threads(cfg.model.threads)  # as the stages compute: the same figures on any number of cores
     envs_dir = train_pool_envs([args.env], args.train_size, reuse=True)
     pool = read_train_pool(envs_dir, args.env, args.max_moves)
     if len(pool) < args.instances + cfg.eval.episodes:

@@ -52,6 +52,7 @@ def main() -> None:
     parser.add_argument("--base", default="models/base")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides (train.groups=32, ...)")
     args = parser.parse_args()
+    print(f"# update speed on {torch.get_num_threads()} CPU threads (torch's own count; torch {torch.__version__})")
     print("| env | rows | real tokens | shared prefix | whole rows s | shared s | sampler s | whole tok/s | "
           "shared tok/s | sampler tok/s | shared vs whole | sampler vs shared | largest metric difference |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
