@@ -29,12 +29,13 @@ def filter_rollouts(params: str = "params.yaml", overrides: list[str] | None = N
     check_input(rollouts, made, cfg, "filter", overrides)
     with MlflowTracker.for_stage(cfg, "filter") as tracker:
         kept, scores, metrics = select(cfg, trajectories)
-        if not kept:  # filter.within best_success without a success, or filter.mode nonzero without a spread
+        if not kept:  # filter.within best_success without a success, or filter.mode nonzero / top_p without a spread
             raise ValueError(f"filter: kept none of the {len(trajectories)} base rollouts in {rollouts} "
                              f"({sum(t.success for t in trajectories)} succeeded; filter.within best_success keeps "
-                             "successes only, filter.mode nonzero only groups whose scores differ), so update's "
-                             "first step has nothing to train on; roll out more (train.groups, train.group_size) or "
-                             "easier instances (train.max_optimal_moves), or use filter.within=all, filter.mode=std")
+                             "successes only, filter.mode nonzero and top_p only groups whose scores differ), so "
+                             "update's first step has nothing to train on; roll out more (train.groups, "
+                             "train.group_size) or easier instances (train.max_optimal_moves), or use "
+                             "filter.within=all, filter.mode=std")
         write_trajectories(out, kept, scores=scores.tolist(),  # normalised before filtering
                            settings=made_with("filter", cfg, made))
         tracker.log_metrics(metrics)

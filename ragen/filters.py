@@ -35,23 +35,44 @@ def group_stds(traj_returns: torch.Tensor, group_ids: torch.Tensor) -> tuple[tor
     return m.groups, m.stds.float()
 
 
+TOP_P_EPS = 0.01  # RAGEN's selection_eps: the mass threshold sits this far (in return units) below p * S
+
+
+def top_p_count(sorted_stds: torch.Tensor, p: float, eps: float = TOP_P_EPS) -> int:
+    """How many groups the linear top-p rule keeps, given their stds sorted in descending order (G,):
+
+        k = min { k : sum_{i <= k} s_(i) >= p * S - eps },   S = sum_i s_i,   only groups with s_(i) > 0
+    (RAGEN-2's SNR-aware filter; eps keeps p = 1 reachable under float rounding). 0 when no group has a spread."""
+    positive = sorted_stds[sorted_stds > 0].double()  # (G+,): already descending
+    if len(positive) == 0:
+        return 0
+    reached = torch.cumsum(positive, 0) >= p * float(sorted_stds.double().sum()) - eps  # (G+,)
+    return int(reached.nonzero()[0]) + 1 if bool(reached.any()) else len(positive)
+
+
 def filter_groups_by_reward_std(traj_returns: torch.Tensor, group_ids: torch.Tensor, keep_ratio: float,
                                 mode: str = "std") -> tuple[torch.Tensor, FilterStats]:
     """Keep the groups that teach the most.
 
     mode "std": the top int(keep_ratio * G) groups by in-group std (RAGEN's default, StarPO-S keep_ratio 0.25);
-    "std_rev": the lowest; "nonzero": every group whose std > 0 (DAPO's dynamic sampling; keep_ratio unused).
+    "std_rev": the lowest; "nonzero": every group whose std > 0 (DAPO's dynamic sampling; keep_ratio unused);
+    "top_p": the fewest groups, largest std first, whose stds add up to keep_ratio of the batch's std mass, none of
+    them without a spread (RAGEN-2's SNR-aware filter, "top-p linear", which it runs at 0.9; `top_p_count`), so the
+    number kept follows how the spread is spread: a batch where a few groups hold it keeps few.
     Ties are broken towards the lower group id (stable sort), so the result is deterministic. keep_ratio 1 with
     "std" keeps everything (vanilla StarPO).
     """
     groups, stds = group_stds(traj_returns, group_ids)
+    if mode not in ("std", "std_rev", "nonzero", "top_p"):
+        raise ValueError(f"unknown filter mode {mode!r}; use std, std_rev, nonzero or top_p")
     if mode == "nonzero":
         kept = groups[stds > 0]
     else:
-        count = max(1, int(keep_ratio * len(groups))) if keep_ratio > 0 else 0
-        order = torch.sort(stds, descending=(mode == "std"), stable=True).indices
-        if mode not in ("std", "std_rev"):
-            raise ValueError(f"unknown filter mode {mode!r}; use std, std_rev or nonzero")
+        order = torch.sort(stds, descending=(mode != "std_rev"), stable=True).indices
+        if mode == "top_p":
+            count = top_p_count(stds[order], keep_ratio)
+        else:
+            count = max(1, int(keep_ratio * len(groups))) if keep_ratio > 0 else 0
         kept = groups[order[:count]]
     keep = torch.isin(group_ids, kept)  # (B,)
     kept_stds = stds[torch.isin(groups, kept)]

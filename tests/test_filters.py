@@ -1,10 +1,10 @@
-"""Uncertainty filtering: whole groups, unbiased std, ties, reverse mode and DAPO's zero-variance removal; the best
-success of each group (rft)."""
+"""Uncertainty filtering: whole groups, unbiased std, ties, reverse mode, DAPO's zero-variance removal and RAGEN-2's
+top-p share of the std mass; the best success of each group (rft)."""
 
 import pytest
 import torch
 
-from ragen.filters import best_success_per_group, filter_groups_by_reward_std
+from ragen.filters import best_success_per_group, filter_groups_by_reward_std, top_p_count
 
 
 def batch(groups_returns):
@@ -51,6 +51,43 @@ def test_a_group_of_equal_returns_has_zero_std_whatever_their_float32_rounding()
     keep, stats = filter_groups_by_reward_std(returns, ids, keep_ratio=1.0, mode="nonzero")
     assert keep.tolist() == [False] * 8 + [True] * 8
     assert stats.frac_zero_std == 0.5 and stats.std_mass_kept == 1.0
+
+
+def test_top_p_keeps_the_fewest_largest_spreads_that_hold_the_share_of_std_mass():
+    # groups of 2, std of (0, x) = x / sqrt(2): stds 4, 0, 1, 3, 2 (times 1/sqrt 2), mass 10 / sqrt 2
+    returns, ids = batch([[0, 4], [2, 2], [0, 1], [0, 3], [0, 2]])
+    expected = {  # p -> kept groups: the threshold p * 10 / sqrt 2 - 0.01, reached by the running sum 4, 7, 9, 10
+        0.9: [0, 3, 4],  # 9 / sqrt 2 = 6.36 >= 6.35
+        0.7: [0, 3],  # 7 >= 7 - 0.01 * sqrt 2
+        0.69: [0, 3],
+        0.4: [0],  # the largest alone holds 0.4
+        0.41: [0, 3],
+        1.0: [0, 2, 3, 4],  # every group with a spread, none without
+    }
+    for p, groups in expected.items():
+        keep, stats = filter_groups_by_reward_std(returns, ids, keep_ratio=p, mode="top_p")
+        assert keep.tolist() == [g in groups for g in range(5) for _ in range(2)], p
+        assert stats.kept_groups == len(groups)
+    _, stats = filter_groups_by_reward_std(returns, ids, keep_ratio=0.9, mode="top_p")
+    assert stats.std_mass_kept == pytest.approx(0.9) and stats.kept_frac == pytest.approx(0.6)
+
+
+def test_top_p_count_ties_eps_and_no_spread():
+    stds = torch.tensor([2.0, 2.0, 2.0, 2.0])  # sorted, descending
+    assert top_p_count(stds, 0.5) == 2 and top_p_count(stds, 0.51) == 3
+    # the eps makes p = 1 reachable when the running sum falls a rounding short of the total
+    assert top_p_count(torch.tensor([0.1] * 10), 1.0) == 10
+    assert top_p_count(torch.tensor([1.0, 1.0]), 1.0, eps=0.0) == 2
+    assert top_p_count(torch.tensor([3.0, 1.0]), 0.75, eps=0.0) == 1 and top_p_count(torch.tensor([3.0, 1.0]), 0.76,
+                                                                                     eps=0.0) == 2
+    assert top_p_count(torch.zeros(3), 0.9) == 0  # no group has a spread: none kept
+    returns, ids = batch([[1, 1], [0, 0]])
+    keep, stats = filter_groups_by_reward_std(returns, ids, keep_ratio=0.9, mode="top_p")
+    assert not keep.any() and stats.kept_groups == 0 and stats.std_mass_kept == 1.0
+    # ties: the lower group id first, as in mode std (stds 1, 2, 2, 1 over sqrt 2; 0.3 of the mass: one group of 2)
+    returns, ids = batch([[0, 1], [0, 2], [0, 2], [0, 1]])
+    keep, _ = filter_groups_by_reward_std(returns, ids, keep_ratio=0.3, mode="top_p")
+    assert keep.tolist() == [False, False, True, True, False, False, False, False]
 
 
 def test_unknown_mode_is_an_error():
