@@ -13,7 +13,8 @@ def committed():
 
 
 def test_committed_sets_expand_and_validate(committed):
-    assert {"echo_trap", "filter_ratio", "clip", "kl", "group_size", "actions_per_turn", "paper"} <= set(set_names(committed))
+    assert {"echo_trap", "filter_ratio", "filter_rule", "clip", "kl", "group_size", "actions_per_turn",
+            "paper"} <= set(set_names(committed))
     for name in set_names(committed):
         assert expand_set(committed, name, params=PARAMS).runs
 
