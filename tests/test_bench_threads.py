@@ -21,12 +21,11 @@ FIGURES = {"bench_base.py", "bench_exploration.py", "bench_imitation.py", "bench
 
 
 def test_each_torch_benchmark_pins_its_threads_or_prints_them():
-    computing = {path.name: path.read_text() for path in sorted(BENCH.glob("*.py"))
-                 if COMPUTES.search(path.read_text())}
+    texts = {path.name: path.read_text() for path in sorted(BENCH.glob("*.py"))}
+    computing = {name: text for name, text in texts.items() if COMPUTES.search(text)}
     assert FIGURES | set(EXEMPT) <= set(computing)  # the pattern still finds them
     unaccounted = [name for name, text in computing.items()
                    if name not in EXEMPT and PINS not in text and PRINTS not in text]
     assert unaccounted == [], f"set torch's threads (ragen.kernels.pin_threads) or print the count in {unaccounted}"
     unpinned = sorted(name for name in FIGURES if PINS not in computing[name])
     assert unpinned == [], f"{unpinned}: their figures must not follow the machine's cores; pin model.threads"
-
