@@ -120,12 +120,17 @@ class RolloutConfig:
     max_episodes_per_pass: int = 0
 
 
+# The values of filter.mode; ragen.filters checks against the same tuple (it imports torch, this module must not)
+FILTER_MODES = ("std", "std_rev", "nonzero", "top_p")
+
+
 @dataclass
 class FilterConfig:
     """Section `filter`: StarPO-S uncertainty filtering (RAGEN rollout_filter_ratio / type)."""
 
-    keep_ratio: float = 0.25  # keep the top int(keep_ratio * groups) groups by in-group return std; 1 = no filter
-    # (mode top_p: the share of the batch's std mass the kept groups hold, e.g. 0.9)
+    # keep the top int(keep_ratio * groups) groups by in-group return std; 1 = no filter. Under mode top_p: the
+    # share of the batch's std mass the kept groups hold, e.g. 0.9
+    keep_ratio: float = 0.25
     # std (most uncertain) | std_rev (least) | nonzero (DAPO: drop zero-variance groups) | top_p (RAGEN-2's
     # SNR-aware filter: the largest-std groups that hold keep_ratio of the std mass, none without a spread)
     mode: str = "std"
@@ -364,7 +369,7 @@ def validate(config: Config) -> None:
     a = config.algo
     choices = {"model.source": (config.model.source, ("tiny", "hf")), "base.mode": (config.base.mode, ("warm", "sft")),
                "base.loss_mask": (config.base.loss_mask, ("assistant", "all")),
-               "filter.mode": (config.filter.mode, ("std", "std_rev", "nonzero", "top_p")),
+               "filter.mode": (config.filter.mode, FILTER_MODES),
                "filter.within": (config.filter.within, ("all", "best_success")),
                "algo.advantage": (a.advantage, ("gae", "bilevel_gae", "grpo", "rft")),
                "algo.reward_norm": (a.reward_norm, ("identity", "mean", "mean_std", "asym_clip")),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from ragen.advantages import group_moments
+from ragen.config import FILTER_MODES
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ def group_stds(traj_returns: torch.Tensor, group_ids: torch.Tensor) -> tuple[tor
     return m.groups, m.stds.float()
 
 
-TOP_P_EPS = 0.01  # RAGEN's selection_eps: the mass threshold sits this far (in return units) below p * S
+TOP_P_EPS = 0.01  # RAGEN's selection_eps: the mass threshold sits this far (in the ranked scores' units) below p * S
 
 
 def top_p_count(sorted_stds: torch.Tensor, p: float, eps: float = TOP_P_EPS) -> int:
@@ -63,8 +64,8 @@ def filter_groups_by_reward_std(traj_returns: torch.Tensor, group_ids: torch.Ten
     "std" keeps everything (vanilla StarPO).
     """
     groups, stds = group_stds(traj_returns, group_ids)
-    if mode not in ("std", "std_rev", "nonzero", "top_p"):
-        raise ValueError(f"unknown filter mode {mode!r}; use std, std_rev, nonzero or top_p")
+    if mode not in FILTER_MODES:
+        raise ValueError(f"unknown filter mode {mode!r}; use one of {', '.join(FILTER_MODES)}")
     if mode == "nonzero":
         kept = groups[stds > 0]
     else:
