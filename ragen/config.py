@@ -122,6 +122,8 @@ class RolloutConfig:
 
 # The values of filter.mode; ragen.filters checks against the same tuple (it imports torch, this module must not)
 FILTER_MODES = ("std", "std_rev", "nonzero", "top_p")
+# The values of algo.symmetry; ragen.symmetry maps each to its transforms (it imports torch, this module must not)
+SYMMETRY_MODES = ("none", "mirror", "flip", "orbit")
 
 
 @dataclass
@@ -194,6 +196,11 @@ class AlgoConfig:
     # episode, so its credit per turn needs algo.reward_placement turn. Evaluation is never shaped
     shaping: str = "none"
     shaping_coef: float = 1.0
+    # copies of each kept trajectory under the grid's symmetries, trained on with its score (ragen.symmetry; not
+    # RAGEN's): none | mirror (left-right, Left and Right swapped) | flip (upside down) | orbit (both and the half
+    # turn). Grid-symmetric envs only (Sokoban). The batch grows 2x (4x for orbit): scale train.mini_batch_size alike
+    # to keep the optimizer steps a step
+    symmetry: str = "none"
 
 
 @dataclass
@@ -382,6 +389,7 @@ def validate(config: Config) -> None:
                "algo.outcome": (a.outcome, ("return", "best_success")),
                "algo.first_action_bonus": (a.first_action_bonus, ("none", "entropy", "mi")),
                "algo.shaping": (a.shaping, ("none", "solver")),
+               "algo.symmetry": (a.symmetry, SYMMETRY_MODES),
                "train.env": (config.train.env, tuple(ENVS)),
                "model.device": (config.model.device, ("auto", "cpu", "cuda")),
                "model.dtype": (config.model.dtype, ("auto", "float32", "bf16-mixed", "bfloat16", "float16")),
@@ -417,6 +425,16 @@ def validate(config: Config) -> None:
         if a.shaping_coef <= 0:
             raise ConfigError(f"algo.shaping_coef must be > 0 (a negative one would pay for moving away from the "
                               f"solution), got {a.shaping_coef}")
+    if a.symmetry != "none":
+        from ragen.envs import grid_symmetric
+
+        if not grid_symmetric(config.train.env):
+            symmetric = [tag for tag in ENVS if grid_symmetric(tag)]
+            raise ConfigError(f"algo.symmetry {a.symmetry}: train.env {config.train.env} has no grid whose mirror "
+                              f"plays alike (the grid-symmetric envs: {', '.join(symmetric)}); set algo.symmetry=none")
+        if a.old_logprobs != "rescore":
+            raise ConfigError(f"algo.symmetry {a.symmetry} needs algo.old_logprobs=rescore: the sampler never drew the "
+                              "copies, so only the trainer's re-scoring gives them old log-probs")
     if a.old_logprobs == "sampler" and a.loss_mask != "assistant":
         raise ConfigError(f"algo.old_logprobs sampler needs algo.loss_mask=assistant: loss_mask {a.loss_mask} also "
                           "trains on environment tokens, which the sampler did not draw and has no log-prob for; use "

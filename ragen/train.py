@@ -8,6 +8,7 @@ Each step:
      algo.reward_norm_grouping (initial state, env or batch);
   3. keep whole groups by in-group return std (filter.keep_ratio; 1 keeps all: vanilla StarPO), or of each
      only its best success (filter.within best_success);
+  3b. with algo.symmetry, add each kept trajectory's copies under the grid's symmetries (ragen.symmetry);
   4. score: batch the kept trajectories, re-score their old log-probs and values, fold the KL into the reward if
      algo.kl = reward_k1 and compute the advantages (ragen.update.score_batch);
   5. critic and actor updates (ragen.update).
@@ -35,7 +36,8 @@ from ragen.policy import Policy
 from ragen.policy.scoring import score_sequences, shareable_prefix
 from ragen.records import EpisodeSpec, Trajectory
 from ragen.rollout import policy_responder, run_episodes, summarize
-from ragen.shaping import make_potential
+from ragen.shaping import Potential, make_potential
+from ragen.symmetry import with_copies
 from ragen.update import UpdateSettings, batch_passes, fit_values, score_batch, update
 
 
@@ -73,9 +75,25 @@ def collect(cfg: Config, policy: Policy, pool: Sequence[int], step: int) -> list
     generator = torch.Generator(policy.model.device).manual_seed(cfg.train.seed * 1_000_003 + step)
     return run_episodes(step_specs(cfg, pool, step), policy_responder(policy, cfg.rollout, generator=generator),
                         policy.renderer(cfg.rollout.enable_think), cfg.rollout,
-                        max_positions=policy.max_positions,
-                        potential=make_potential(cfg.algo.shaping, cfg.algo.shaping_coef,
-                                                 cfg.rollout.max_actions_per_turn))
+                        max_positions=policy.max_positions, potential=rollout_potential(cfg))
+
+
+def rollout_potential(cfg: Config) -> Potential | None:
+    """The shaping potential training rollouts play under (algo.shaping), None unshaped."""
+    return make_potential(cfg.algo.shaping, cfg.algo.shaping_coef, cfg.rollout.max_actions_per_turn)
+
+
+def add_copies(cfg: Config, policy: Policy, kept: Sequence[Trajectory], scores: torch.Tensor
+               ) -> tuple[list[Trajectory], torch.Tensor, dict[str, float]]:
+    """The kept trajectories with their copies under algo.symmetry (ragen.symmetry), each copy scored as its
+    original, and the symmetry/ metrics: copies added, copies dropped (a replay that ended otherwise), seconds."""
+    start = time.perf_counter()
+    out, origin, dropped = with_copies(kept, cfg.algo.symmetry, policy.renderer(cfg.rollout.enable_think),
+                                       cfg.rollout, max_positions=policy.max_positions,
+                                       potential=rollout_potential(cfg))
+    metrics = {"symmetry/copies": float(len(out) - len(kept)), "symmetry/dropped": float(dropped),
+               "timing/symmetry_s": time.perf_counter() - start}
+    return out, scores[torch.tensor(origin, dtype=torch.long)], metrics  # scores: (B',)
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
@@ -195,6 +213,9 @@ def train_step(cfg: Config, learner: Learner, pool: Sequence[int], step: int,
     filtered = first_batch is not None
     kept, scores, metrics = select(cfg, trajectories, already_filtered=filtered,
                                    scores=first_scores if filtered else None)
+    if kept and cfg.algo.symmetry != "none":
+        kept, scores, copy_metrics = add_copies(cfg, learner.policy, kept, scores)
+        metrics |= copy_metrics
     score_s = update_s = 0.0
     stats, trained_tokens = {"actor/skipped_steps": 1.0}, 0  # nothing kept (best_success, no success): no update
     if kept:

@@ -48,4 +48,11 @@ def make_env(tag: str) -> TextEnv:
     return ENVS[tag]()
 
 
-__all__ = ["ENVS", "LayoutError", "TextEnv", "make_env"]
+def grid_symmetric(tag: str) -> bool:
+    """Whether env `tag` declares dynamics that commute with mirroring its grid (TextEnv.grid_symmetric), without
+    building one; False for an unknown tag."""
+    constructor = ENVS.get(tag)
+    return bool(getattr(getattr(constructor, "func", constructor), "grid_symmetric", False))
+
+
+__all__ = ["ENVS", "LayoutError", "TextEnv", "grid_symmetric", "make_env"]

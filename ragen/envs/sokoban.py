@@ -141,6 +141,7 @@ class SokobanEnv(TextEnv):
     action_names = ACTIONS
     max_actions_per_traj = 10
     lists_actions = True
+    grid_symmetric = True
 
     def __init__(
         self,
