@@ -123,7 +123,7 @@ class RolloutConfig:
 # The values of filter.mode; ragen.filters checks against the same tuple (it imports torch, this module must not)
 FILTER_MODES = ("std", "std_rev", "nonzero", "top_p")
 # The values of algo.symmetry; ragen.symmetry maps each to its transforms (it imports torch, this module must not)
-SYMMETRY_MODES = ("none", "mirror", "flip", "orbit")
+SYMMETRY_MODES = ("none", "mirror", "flip", "rotate", "orbit")
 
 
 @dataclass
@@ -197,9 +197,10 @@ class AlgoConfig:
     shaping: str = "none"
     shaping_coef: float = 1.0
     # copies of each kept trajectory under the grid's symmetries, trained on with its score (ragen.symmetry; not
-    # RAGEN's): none | mirror (left-right, Left and Right swapped) | flip (upside down) | orbit (both and the half
-    # turn). Grid-symmetric envs only (Sokoban). The batch grows 2x (4x for orbit): scale train.mini_batch_size alike
-    # to keep the optimizer steps a step
+    # RAGEN's): none | mirror (left-right, Left and Right swapped) | flip (upside down) | rotate (the three quarter,
+    # half and three-quarter turns) | orbit (all seven symmetries of a square: rotate, mirror, flip and the two
+    # diagonal reflections). Grid-symmetric envs only (Sokoban). The batch grows 2x (4x rotate, 8x orbit): scale
+    # train.mini_batch_size alike to keep the optimizer steps a step
     symmetry: str = "none"
 
 

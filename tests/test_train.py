@@ -251,7 +251,7 @@ KNOBS = {  # every value of the update's algorithm, filter, optimiser and sampli
     "algo.loss_mask": ["assistant", "all"], "algo.old_logprobs": ["rescore", "sampler"],
     "algo.reward_placement": ["last", "turn"], "algo.outcome": ["return", "best_success"],
     "algo.first_action_bonus": ["none", "entropy", "mi"], "algo.shaping": ["none", "solver"],
-    "algo.symmetry": ["none", "mirror", "flip", "orbit"],
+    "algo.symmetry": ["none", "mirror", "flip", "rotate", "orbit"],
     "filter.mode": ["std", "std_rev", "nonzero", "top_p"], "filter.within": ["all", "best_success"],
     "filter.keep_ratio": ["1.0", "0.5", "0.25"], "train.ppo_epochs": ["1", "2"], "train.micro_batch_size": ["0", "3"],
     "rollout.max_episodes_per_pass": ["0", "5"],
