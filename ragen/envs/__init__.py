@@ -49,7 +49,7 @@ def make_env(tag: str) -> TextEnv:
 
 
 def grid_symmetric(tag: str) -> bool:
-    """Whether env `tag` declares dynamics that commute with mirroring its grid (TextEnv.grid_symmetric), without
+    """Whether env `tag` declares dynamics that commute with its grid's symmetries (TextEnv.grid_symmetric), without
     building one; False for an unknown tag."""
     constructor = ENVS.get(tag)
     return bool(getattr(getattr(constructor, "func", constructor), "grid_symmetric", False))

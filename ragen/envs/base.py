@@ -55,8 +55,8 @@ class TextEnv:
     max_turns: int = 5  # RAGEN's max_turn: 5, but 1 for the single-action envs (Bandit, Countdown); see turn_limit
     lists_actions: bool = False  # whether RAGEN's instruction names the actions (Sokoban, FrozenLake)
     grid_vocab: dict[str, str] | None = None  # symbol -> meaning, shown as a legend in the instruction
-    # whether the dynamics commute with mirroring the grid left-right or upside down (with Left/Right or Up/Down
-    # swapped): deterministic grids (Sokoban); algo.symmetry trains on such copies (ragen.symmetry)
+    # whether the dynamics commute with the grid's symmetries (mirrored, flipped, turned or transposed, the direction
+    # actions mapped alike): deterministic grids (Sokoban); algo.symmetry trains on such copies (ragen.symmetry)
     grid_symmetric: bool = False
 
     def __init__(self) -> None:
